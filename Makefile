@@ -1,0 +1,109 @@
+# Attention, Step by Step: `make book` builds the HTML book, `make test` runs every check.
+# Both set everything up on a fresh machine first (virtual environment, npm assets, Chromium).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+BUILD ?= _build
+# NB: the notebooks to execute (default: every chapter). PARTIAL=1 builds a book of only the executed
+# chapters, without -W (for working on one chapter; `make test` always builds the whole book strictly).
+NB ?= $(sort $(wildcard chapters/[0-9][0-9]_*.ipynb))
+PARTIAL ?=
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+# Offline copies of the data sets: ../shared/data when it exists, unless ATTNBOOK_DATA is already set.
+ATTNBOOK_DATA ?= $(firstword $(wildcard $(abspath ../shared/data)))
+export ATTNBOOK_DATA
+export PYTHONUNBUFFERED := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-current-env \
+	--nbval-cell-timeout=900 -p no:cacheprovider \
+	--executed-dir $(BUILD)/executed --times-report $(BUILD)/reports/execution_times.json
+
+.PHONY: help setup python-env npm-assets chromium sync execute html book test test-lib test-notebooks \
+	test-site test-gpu student bench clean
+
+help:
+	@echo "make book      set up, execute every chapter, build the HTML book into $(BUILD)/html"
+	@echo "make test      set up and run every check (library, notebooks, book build, browser)"
+	@echo "make student   write the chapter notebooks without solutions into $(BUILD)/student"
+	@echo "make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
+	@echo "make bench     run the benchmarks in benchmarks/ (slow)"
+	@echo "make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
+
+# --- set-up -------------------------------------------------------------------------------------
+setup: python-env npm-assets chromium
+
+python-env: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt pyproject.toml book/_ext/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+npm-assets: node_modules/.installed
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
+# Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser tests"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+# --- the book -----------------------------------------------------------------------------------
+sync: python-env
+	$(PY) -m attnbook_book.notebooks sync
+
+# Execute every chapter once with nbval: the asserts in the cells are the checks, the outputs are kept
+# for the build, and each chapter's time goes to $(BUILD)/reports/execution_times.json.
+execute: python-env
+	$(if $(PARTIAL),,rm -rf $(BUILD)/executed)
+	$(NBVAL) --student $(NB)
+
+# Build the HTML from the notebooks `execute` just ran, with warnings as errors.
+html: python-env npm-assets
+	$(PY) -m attnbook_book.notebooks stage $(BUILD)/executed $(BUILD)/src $(if $(PARTIAL),--partial)
+	rm -rf $(BUILD)/site
+	$(BIN)/jupyter-book build $(BUILD)/src --path-output $(BUILD)/site -n $(if $(PARTIAL),,-W) --keep-going
+	rm -rf $(BUILD)/html
+	mv $(BUILD)/site/_build/html $(BUILD)/html
+	@echo "The book is in $(BUILD)/html/index.html"
+
+book: setup sync execute html
+
+student: python-env
+	$(PY) -m attnbook_book.notebooks student $(BUILD)/student
+
+# --- checks -------------------------------------------------------------------------------------
+test: setup
+	$(MAKE) test-lib
+	$(MAKE) test-notebooks
+	$(MAKE) html
+	$(MAKE) test-site
+	$(MAKE) student
+
+test-lib: python-env
+	$(PY) -m pytest tests -m "not site" -p no:cacheprovider
+
+test-notebooks: execute
+
+test-site: python-env
+	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m site -p no:cacheprovider
+
+test-gpu: python-env
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU')"
+	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site" -p no:cacheprovider
+	ATTNBOOK_DEVICE=cuda $(NBVAL) $(NB)
+
+bench: python-env
+	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script; done
+
+clean:
+	rm -rf $(BUILD)

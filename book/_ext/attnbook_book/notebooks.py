@@ -1,0 +1,208 @@
+"""Chapter notebooks: pairing .md and .ipynb, the student version, and the staged tree the book is built from.
+
+Run as a program:
+
+    python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md
+    python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
+    python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+CHAPTERS = REPO / "chapters"
+SOLUTION_TAG = "solution"
+_DIRECTIVE = re.compile(r"^\s*(`{3,}|:{3,})\{solution-(start|end)\}")
+_FENCE_CLOSE = re.compile(r"^\s*(`{3,}|:{3,})\s*$")
+
+
+def chapter_sources(root: Path = CHAPTERS) -> list[Path]:
+    """The chapters' MyST sources, in file-name order."""
+    return sorted(p for p in root.glob("[0-9][0-9]_*.md"))
+
+
+def toc_files(repo: Path = REPO) -> list[str]:
+    """Every file named in _toc.yml (without suffix), in order."""
+    toc = yaml.safe_load((repo / "_toc.yml").read_text())
+    found = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                found.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk({k: v for k, v in toc.items() if k != "root"})
+    return found
+
+
+def read_md(path: Path) -> nbformat.NotebookNode:
+    """A chapter's .md source as a notebook."""
+    return jupytext.read(path, fmt="md:myst")
+
+
+def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
+    """The paired notebook for a .md source: same cells, no outputs."""
+    nb = read_md(md_path)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...]]]:
+    """What must agree between the .md and the .ipynb: each cell's type, source and tags."""
+    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+
+
+def sync(root: Path = CHAPTERS) -> list[Path]:
+    """Write every chapters/NN_slug.ipynb from its .md; return the notebooks that changed."""
+    changed = []
+    for md in chapter_sources(root):
+        ipynb = md.with_suffix(".ipynb")
+        fresh = to_ipynb(md)
+        if ipynb.exists() and cell_signature(nbformat.read(ipynb, as_version=4)) == cell_signature(fresh):
+            continue
+        jupytext.write(fresh, ipynb, fmt="ipynb")
+        changed.append(ipynb)
+    return changed
+
+
+def _strip_solution_text(text: str, inside: bool) -> tuple[str, bool]:
+    """Remove the solution-start ... solution-end directives (and all between) from markdown text."""
+    kept, closing_end = [], False
+    for line in text.splitlines():
+        match = _DIRECTIVE.match(line)
+        if match and match.group(2) == "start":
+            inside = True
+            continue
+        if match and match.group(2) == "end":
+            inside, closing_end = False, True
+            continue
+        if closing_end:
+            closing_end = False
+            if _FENCE_CLOSE.match(line):
+                continue
+        if not inside:
+            kept.append(line)
+    return "\n".join(kept).strip("\n"), inside
+
+
+def is_solution_cell(cell) -> bool:
+    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of ``nb`` without exercise solutions: no solution blocks, no cells tagged ``solution``."""
+    out = copy.deepcopy(nb)
+    cells, inside = [], False
+    for cell in out.cells:
+        if cell.cell_type == "markdown":
+            text, inside = _strip_solution_text(cell.source, inside)
+            if text.strip():
+                cell.source = text
+                cells.append(cell)
+        elif not inside and not is_solution_cell(cell):
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+            cells.append(cell)
+    if inside:
+        raise ValueError("a {solution-start} block is never closed by {solution-end}")
+    out.cells = cells
+    return out
+
+
+def solution_only_lines(nb: nbformat.NotebookNode) -> set[str]:
+    """Lines of code that appear in solution cells and nowhere else in the notebook."""
+    solution, elsewhere = set(), set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        lines = {line.strip() for line in cell.source.splitlines() if line.strip()}
+        (solution if is_solution_cell(cell) else elsewhere).update(lines)
+    return {line for line in solution - elsewhere if not line.startswith("#")}
+
+
+def write_student(out_dir: Path, root: Path = CHAPTERS) -> list[Path]:
+    """Write the student version of every chapter notebook into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for md in chapter_sources(root):
+        target = out_dir / md.with_suffix(".ipynb").name
+        nbformat.write(student_version(to_ipynb(md)), target)
+        written.append(target)
+    return written
+
+
+def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False) -> None:
+    """Assemble the book's sources in ``src``: config, front and back matter, and the executed chapters.
+
+    With ``partial``, chapters that were not executed are left out of the staged _toc.yml instead of
+    being an error (for building one chapter while working on it).
+    """
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy2(repo / name, src / name)
+    shutil.copytree(repo / "book", src / "book", ignore=shutil.ignore_patterns("_ext", "__pycache__"))
+    missing = []
+    for entry in toc_files(repo):
+        if not entry.startswith("chapters/"):
+            continue
+        name = Path(entry).name + ".ipynb"
+        executed_nb = executed / "chapters" / name
+        if not executed_nb.exists():
+            missing.append(str(executed_nb))
+            continue
+        (src / "chapters").mkdir(exist_ok=True)
+        shutil.copy2(executed_nb, src / "chapters" / name)
+    if missing and not partial:
+        raise FileNotFoundError("these chapters have not been executed (run `make execute`): " + ", ".join(missing))
+    if missing:
+        absent = {Path(m).stem for m in missing}
+        toc = yaml.safe_load((repo / "_toc.yml").read_text())
+        for part in toc.get("parts", []):
+            part["chapters"] = [c for c in part.get("chapters", []) if Path(c.get("file", "")).name not in absent]
+        toc["parts"] = [p for p in toc.get("parts", []) if p["chapters"]]
+        (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnbook_book.notebooks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("sync")
+    student = sub.add_parser("student")
+    student.add_argument("out", type=Path)
+    staging = sub.add_parser("stage")
+    staging.add_argument("executed", type=Path)
+    staging.add_argument("src", type=Path)
+    staging.add_argument("--partial", action="store_true", help="leave chapters that were not executed out")
+    args = parser.parse_args(argv)
+    if args.command == "sync":
+        for path in sync():
+            print(f"wrote {path.relative_to(REPO)}")
+    elif args.command == "student":
+        for path in write_student(args.out):
+            print(f"wrote {path}")
+    else:
+        stage(args.executed, args.src, partial=args.partial)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Training utilities: seeds, device choice, a progress bar, and one training loop that records history.
+
+Chapter: every chapter that trains a model; the loop itself is read in the lab (chapter 12).
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from . import _checks
+
+__all__ = ["seed_everything", "pick_device", "progress", "History", "fit"]
+
+
+def seed_everything(seed: int = 0) -> int:
+    """Seed Python's, NumPy's and PyTorch's (CPU and every GPU) random generators; return the seed."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    return seed
+
+
+def pick_device(prefer: str | None = None) -> torch.device:
+    """The best available device: CUDA, then Apple MPS, then CPU.
+
+    ``prefer`` (or the environment variable ``ATTNBOOK_DEVICE``) forces one, e.g. ``"cpu"``;
+    asking for a device that is not available raises an error that says so.
+    """
+    prefer = prefer or os.environ.get("ATTNBOOK_DEVICE") or None
+    if prefer is not None:
+        device = torch.device(prefer)
+        available = {
+            "cpu": True,
+            "cuda": torch.cuda.is_available(),
+            "mps": hasattr(torch.backends, "mps") and torch.backends.mps.is_available(),
+        }.get(device.type, False)
+        if not available:
+            raise RuntimeError(f"device {prefer!r} was asked for (prefer or ATTNBOOK_DEVICE) but is not available here")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if hasattr(torch.backends, "mps") and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str | None = None, **kwargs):
+    """A progress bar (tqdm): a widget in Jupyter and Colab, text in a terminal.
+
+    Set the environment variable ``ATTNBOOK_PROGRESS=0`` to hide it.
+    """
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("disable", os.environ.get("ATTNBOOK_PROGRESS", "1") == "0")
+    kwargs.setdefault("mininterval", 0.5)
+    return tqdm(iterable, total=total, desc=desc, **kwargs)
+
+
+@dataclass
+class History:
+    """What a training run recorded: the loss and learning rate at every step, evaluations now and then."""
+
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    eval_step: list[int] = field(default_factory=list)
+    evals: dict[str, list[float]] = field(default_factory=dict)
+    seconds: float = 0.0
+    diverged: bool = False
+
+    def record_eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.eval_step.append(step)
+        for name, value in metrics.items():
+            self.evals.setdefault(name, []).append(float(value))
+
+    def smoothed_loss(self, window: int = 20) -> list[float]:
+        """A running mean of the training loss over ``window`` steps (for plots)."""
+        out, acc = [], 0.0
+        for i, value in enumerate(self.loss):
+            acc += value
+            if i >= window:
+                acc -= self.loss[i - window]
+            out.append(acc / min(i + 1, window))
+        return out
+
+
+def _batches(source) -> Callable[[int], object]:
+    if callable(source):
+        return source
+    iterator: Iterator | None = None
+
+    def next_batch(_step: int):
+        nonlocal iterator
+        if iterator is None:
+            iterator = iter(source)
+        try:
+            return next(iterator)
+        except StopIteration:  # start the next epoch
+            iterator = iter(source)
+            return next(iterator)
+
+    return next_batch
+
+
+def fit(
+    model: torch.nn.Module,
+    batches,
+    loss_fn: Callable[[torch.nn.Module, object], torch.Tensor],
+    *,
+    steps: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    lr: float = 1e-3,
+    schedule: Callable[[int], float] | None = None,
+    grad_clip: float | None = None,
+    evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
+    eval_every: int = 0,
+    desc: str = "training",
+    stop_on_nonfinite: bool = True,
+) -> History:
+    """Train ``model`` for ``steps`` optimiser steps and return the :class:`History`.
+
+    Args:
+        batches: a function ``step -> batch`` or an iterable of batches (restarted when exhausted).
+        loss_fn: ``loss_fn(model, batch)`` returns the scalar loss to minimise.
+        optimizer: defaults to AdamW(model.parameters(), lr).
+        schedule: multiplies the base learning rate at each step (``step -> factor``).
+        grad_clip: clip the global gradient norm to this value.
+        evaluate: ``evaluate(model) -> {name: value}``, run in eval mode without gradients every
+            ``eval_every`` steps (if > 0) and after the last step.
+        stop_on_nonfinite: stop (and set ``history.diverged``) when the loss becomes inf or NaN.
+    """
+    steps = _checks.positive_int("steps", steps)
+    if grad_clip is not None:
+        grad_clip = _checks.positive_float("grad_clip", grad_clip)
+    next_batch = _batches(batches)
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=_checks.positive_float("lr", lr))
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    history = History()
+
+    def run_eval(step: int) -> None:
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            history.record_eval(step, evaluate(model))
+        model.train(was_training)
+
+    start = time.perf_counter()
+    model.train()
+    bar = progress(range(steps), desc=desc)
+    for step in bar:
+        if schedule is not None:
+            factor = float(schedule(step))
+            for group, base in zip(optimizer.param_groups, base_lrs):
+                group["lr"] = base * factor
+        loss = loss_fn(model, next_batch(step))
+        value = float(loss.detach())
+        history.step.append(step)
+        history.loss.append(value)
+        history.lr.append(optimizer.param_groups[0]["lr"])
+        if not math.isfinite(value) and stop_on_nonfinite:
+            history.diverged = True
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        if evaluate is not None and eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+            run_eval(step + 1)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{value:.4f}", refresh=False)
+    bar.close()
+    if evaluate is not None and not history.diverged:
+        run_eval(len(history.step))
+    history.seconds = time.perf_counter() - start
+    return history
