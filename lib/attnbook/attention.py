@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import _checks
@@ -21,6 +22,7 @@ __all__ = [
     "padding_mask",
     "AdditiveScore",
     "AdditiveAttention",
+    "MultiHeadAttention",
 ]
 
 
@@ -175,7 +177,7 @@ def padding_mask(lengths, t_k: int | None = None, *, device=None) -> torch.Tenso
 
 
 class AdditiveScore(nn.Module):
-    r"""Bahdanau's alignment score e_{t,i} = v^T tanh(W_1 s_t + W_2 h_i).
+    r"""Bahdanau's alignment score e_{t,i} = v^T tanh(W_1 s_{t-1} + W_2 h_i).
 
     Args:
         d_query: width of the queries s (the decoder state)
@@ -198,9 +200,29 @@ class AdditiveScore(nn.Module):
         self.W_2 = nn.Linear(d_key, d_attn, bias=False)
         self.v = nn.Linear(d_attn, 1, bias=False)
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """W_2 h_i for every key: compute it once per source sentence, pass it as ``projected_keys`` at each step.
+
+        Shapes:
+            keys:   (..., Tk, d_key)
+            return: (..., Tk, d_attn)
+        """
+        _checks.tensor("keys", keys, min_ndim=2, floating=True)
+        if keys.shape[-1] != self.W_2.in_features:
+            raise ValueError(f"keys must have width d_key={self.W_2.in_features}, got shape "
+                             f"{_checks.shape_str(keys.shape)}")
+        return self.W_2(keys)  # (..., Tk, A)
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, *,
+                projected_keys: torch.Tensor | None = None) -> torch.Tensor:
         _checks.tensor("query", query, min_ndim=2, floating=True)
         _checks.tensor("keys", keys, min_ndim=2, floating=True)
+        if projected_keys is not None:  # W_2 keys, precomputed by project_keys (decoders reuse it every step)
+            _checks.tensor("projected_keys", projected_keys, min_ndim=2, floating=True)
+            expected = (*keys.shape[:-1], self.W_2.out_features)
+            if tuple(projected_keys.shape) != expected:
+                raise ValueError(f"projected_keys must have shape {_checks.shape_str(expected)} (keys' shape with "
+                                 f"width d_attn), got {_checks.shape_str(projected_keys.shape)}")
         if query.shape[-1] != self.W_1.in_features:
             raise ValueError(f"query must have width d_query={self.W_1.in_features}, got shape "
                              f"{_checks.shape_str(query.shape)}")
@@ -208,7 +230,9 @@ class AdditiveScore(nn.Module):
             raise ValueError(f"keys must have width d_key={self.W_2.in_features}, got shape "
                              f"{_checks.shape_str(keys.shape)}")
         projected_q = self.W_1(query).unsqueeze(-2)  # (..., Tq, 1, A)
-        projected_k = self.W_2(keys).unsqueeze(-3)  # (..., 1, Tk, A)
+        if projected_keys is None:
+            projected_keys = self.W_2(keys)  # (..., Tk, A)
+        projected_k = projected_keys.unsqueeze(-3)  # (..., 1, Tk, A)
         return self.v(torch.tanh(projected_q + projected_k)).squeeze(-1)  # (..., Tq, Tk)
 
 
@@ -229,16 +253,119 @@ class AdditiveAttention(nn.Module):
         super().__init__()
         self.score = AdditiveScore(d_query, d_key, d_attn)
 
-    def forward(self, query, keys, values, mask=None, *, return_weights: bool = False):
+    def forward(self, query, keys, values, mask=None, *, return_weights: bool = False,
+                projected_keys: torch.Tensor | None = None):
         _checks.tensor("values", values, min_ndim=2, floating=True)
         if keys.shape[-2] != values.shape[-2]:
             raise ValueError(
                 f"keys and values must have the same number of positions Tk, got keys "
                 f"{_checks.shape_str(keys.shape)} and values {_checks.shape_str(values.shape)}")
-        scores = self.score(query, keys)  # (..., Tq, Tk)
+        scores = self.score(query, keys, projected_keys=projected_keys)  # (..., Tq, Tk)
         if mask is not None:
             _checks.tensor("mask", mask, dtype=torch.bool)
             _checks.broadcastable("mask", mask, scores.shape, "the scores' shape (..., Tq, Tk)")
         weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
         context = weights @ values  # (..., Tq, Dv)
         return (context, weights) if return_weights else context
+
+
+class MultiHeadAttention(nn.Module):
+    r"""Multi-head attention: H heads of width Dh = D / H, each attending in its own subspace.
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W_o with head_h = Attention(Q W_q^h, K W_k^h, V W_v^h).
+    The H per-head projections are stored together, as the columns of ``W_q``, ``W_k`` and ``W_v``
+    (each D x D), so H heads cost the same parameters as one head of width D.
+
+    Two paths with the same parameters: with ``return_weights=True`` the explicit path computes the
+    (B, H, Tq, Tk) weights with :func:`scaled_dot_product_attention`; otherwise the fast path calls
+    ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no weights returned).
+
+    Shapes:
+        query: (B, Tq, D)
+        key:   (B, Tk, D), defaults to query (self-attention)
+        value: (B, Tk, D), defaults to key
+        mask:  boolean, True = may attend; (Tq, Tk), (B, Tq, Tk) (e.g. ``padding_mask(lengths)``, which is
+               (B, 1, Tk)) or (B, H, Tq, Tk); rank-2 and rank-3 masks apply to every head
+        return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
+
+    Chapter: multi-head attention.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        _checks.positive_int("d_model", d_model)
+        _checks.positive_int("n_heads", n_heads)
+        if d_model % n_heads:
+            raise ValueError(f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}")
+        self.dropout = _checks.positive_float("dropout", dropout, allow_zero=True)
+        if self.dropout >= 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def _project(self, query, key, value):
+        """Q, K, V = query W_q, key W_k, value W_v, as one matrix product when the inputs coincide."""
+        layers = (self.W_q, self.W_k, self.W_v)
+        inputs = (query, key, value)
+        groups = [[0]]
+        for i in (1, 2):  # group consecutive projections of the same tensor into one matmul
+            (groups[-1].append(i) if inputs[i] is inputs[groups[-1][0]] else groups.append([i]))
+        out = []
+        for group in groups:
+            weight = torch.cat([layers[i].weight for i in group])  # (len(group) * D, D)
+            bias = None if layers[0].bias is None else torch.cat([layers[i].bias for i in group])
+            out.extend(F.linear(inputs[group[0]], weight, bias).chunk(len(group), dim=-1))
+        return out
+
+    def _check(self, query, key, value, mask):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            _checks.tensor(name, x, ndim=3, floating=True)
+            if x.shape[-1] != self.d_model:
+                raise ValueError(f"{name} must have width d_model={self.d_model}, got shape {_checks.shape_str(x.shape)}")
+            if x.shape[1] == 0:
+                raise ValueError(f"{name} is an empty sequence: shape {_checks.shape_str(x.shape)}")
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"key and value must have the same batch size and length (B, Tk), got key "
+                             f"{_checks.shape_str(key.shape)} and value {_checks.shape_str(value.shape)}")
+        if query.shape[0] != key.shape[0]:
+            raise ValueError(f"query and key must have the same batch size B, got query "
+                             f"{_checks.shape_str(query.shape)} and key {_checks.shape_str(key.shape)}")
+        if mask is None:
+            return None
+        _checks.tensor("mask", mask, dtype=torch.bool)
+        if mask.dim() not in (2, 3, 4):
+            raise ValueError(f"mask must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
+                             f"got shape {_checks.shape_str(mask.shape)}")
+        if mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk): the same mask for every head
+        target = (query.shape[0], self.n_heads, query.shape[1], key.shape[1])
+        _checks.broadcastable("mask", mask, target, "(B, H, Tq, Tk)")
+        return mask
+
+    def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
+                return_weights: bool = False):
+        key = query if key is None else key
+        value = key if value is None else value
+        mask = self._check(query, key, value, mask)
+        B, T_q, D = query.shape
+        T_k = key.shape[1]
+        if is_causal:
+            causal = causal_mask(T_q, T_k, device=query.device)  # (Tq, Tk)
+            mask = causal if mask is None else mask & causal
+        q, k, v = self._project(query, key, value)  # each (B, T, D)
+        q = q.view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)
+        k = k.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
+        v = v.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
+        p = self.dropout if self.training else 0.0
+        if return_weights:
+            weights = masked_softmax((q @ k.transpose(-2, -1)) / math.sqrt(self.d_head), mask)  # (B, H, Tq, Tk)
+            heads = F.dropout(weights, p) @ v  # (B, H, Tq, Dh)
+        else:
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, Tq, Dh)
+            if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
+                heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
+        return (out, weights) if return_weights else out

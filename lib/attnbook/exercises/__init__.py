@@ -144,7 +144,7 @@ def check_function(
             return Result(exercise, False, "not attempted yet: replace the `raise NotImplementedError` with your code.")
         except Exception as error:  # the learner's code raised: say what and where, not a traceback
             message = f"{type(error).__name__}: {error}".splitlines()[0]
-            hint = next((h for fragment, h in error_hints if fragment in str(error)), "")
+            hint = next((h[:1].upper() + h[1:] for fragment, h in error_hints if fragment in str(error)), "")
             raise ExerciseFailed(
                 exercise, f"on test case {number} your function raised {message}{_where_it_raised(fn, error)}."
                 + (f" {hint}" if hint else "")) from None
