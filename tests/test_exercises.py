@@ -54,7 +54,7 @@ def test_learner_exception_is_reported_with_its_line_not_a_traceback():
         check_function(broken, exercise="double", reference=reference, cases=CASES,
                        error_hints=[("invalid for input of size", "check the shapes")])
     message = str(info.value)
-    assert "raised RuntimeError" in message and "`y = x.reshape(7)`" in message and "check the shapes" in message
+    assert "raised RuntimeError" in message and "`y = x.reshape(7)`" in message and "Check the shapes" in message
     rendered = info.value._render_traceback_()
     assert rendered[0].startswith("\u2717 double") and all("File" not in line for line in rendered)
     assert info.value.__cause__ is None and info.value.__suppress_context__
