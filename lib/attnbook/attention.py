@@ -15,6 +15,7 @@ from torch import nn
 from . import _checks
 
 __all__ = [
+    "check_qkv",
     "masked_softmax",
     "softmax_with_temperature",
     "scaled_dot_product_attention",
@@ -65,11 +66,21 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float) -> torch.
     return torch.softmax(scores / temperature, dim=-1)
 
 
-def _check_attention_inputs(q, k, v, mask):
+def check_qkv(q, k, v, mask=None, *, same_batch: bool = False) -> tuple[int, ...]:
+    """Check queries, keys, values (and a mask) for attention; return the scores' shape (..., Tq, Tk).
+
+    Every attention function of the book calls this, so that bad input gets the same clear error
+    everywhere. ``same_batch`` asks q, k and v to have identical batch dimensions (no broadcasting).
+
+    Shapes:
+        q: (..., Tq, Dk), k: (..., Tk, Dk), v: (..., Tk, Dv); mask: boolean, broadcastable to (..., Tq, Tk)
+    """
     for name, x in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, x, min_ndim=2, floating=True)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must have the same dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on the same device, got q {q.device}, k {k.device}, v {v.device}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension Dk, got q {_checks.shape_str(q.shape)} "
@@ -84,6 +95,10 @@ def _check_attention_inputs(q, k, v, mask):
     if q.shape[-1] == 0 or v.shape[-1] == 0:
         raise ValueError(
             f"q, k and v need a non-zero width, got q {_checks.shape_str(q.shape)} and v {_checks.shape_str(v.shape)}")
+    if same_batch and not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(
+            f"q, k and v must have the same batch dimensions (...), got q {_checks.shape_str(q.shape)}, "
+            f"k {_checks.shape_str(k.shape)} and v {_checks.shape_str(v.shape)}")
     if k.shape[:-2] != v.shape[:-2]:
         raise ValueError(
             f"k and v must have the same batch dimensions, got k {_checks.shape_str(k.shape)} "
@@ -121,7 +136,7 @@ def scaled_dot_product_attention(
 
     Chapter: queries, keys and values.
     """
-    _check_attention_inputs(q, k, v, mask)
+    check_qkv(q, k, v, mask)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
@@ -352,7 +367,10 @@ class MultiHeadAttention(nn.Module):
         mask = self._check(query, key, value, mask)
         B, T_q, D = query.shape
         T_k = key.shape[1]
-        if is_causal:
+        # A causal mask alone goes to the fused kernel as is_causal=True (the same top-left aligned
+        # triangle as causal_mask(Tq, Tk)); combined with another mask, or for the weights, it is built.
+        fused_causal = is_causal and mask is None and not return_weights
+        if is_causal and not fused_causal:
             causal = causal_mask(T_q, T_k, device=query.device)  # (Tq, Tk)
             mask = causal if mask is None else mask & causal
         q, k, v = self._project(query, key, value)  # each (B, T, D)
@@ -364,7 +382,8 @@ class MultiHeadAttention(nn.Module):
             weights = masked_softmax((q @ k.transpose(-2, -1)) / math.sqrt(self.d_head), mask)  # (B, H, Tq, Tk)
             heads = F.dropout(weights, p) @ v  # (B, H, Tq, Dh)
         else:
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, Tq, Dh)
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                   is_causal=fused_causal)  # (B, H, Tq, Dh)
             if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
                 heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)

@@ -1,0 +1,121 @@
+"""The chapter map: which chapter builds on which, drawn as an SVG, and the chapters' execution times.
+
+Both are derived from the book itself at build time: the chapters come from _toc.yml (order, parts,
+numbers), their titles from their first heading, and the arrows from each chapter's "Builds on" line,
+which links to earlier chapters with ``{ref}`` roles. The times come from the execution-time report
+that the notebook execution writes.
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+LABEL = re.compile(r"^\((ch-[A-Za-z0-9_-]+)\)=\s*$", re.M)
+TITLE = re.compile(r"^# (.+)$", re.M)
+BUILDS_ON = re.compile(r"\*\*?Builds on\*?\*?:?\*?\*?\s*(.+)", re.I)
+REF = re.compile(r"\{ref\}`(ch-[A-Za-z0-9_-]+)`")
+
+
+@dataclass
+class Chapter:
+    docname: str  # e.g. chapters/04_queries_keys_values
+    number: int
+    part: str
+    title: str = ""
+    label: str = ""
+    builds_on: list[str] = field(default_factory=list)  # labels
+
+
+def _markdown_of(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text())
+        return "\n\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                           for c in nb["cells"] if c["cell_type"] == "markdown")
+    return path.read_text()
+
+
+def chapters(srcdir: Path) -> list[Chapter]:
+    """The numbered chapters of the book in ``srcdir``, with their titles, labels and dependencies."""
+    toc = yaml.safe_load((srcdir / "_toc.yml").read_text())
+    found: list[Chapter] = []
+    for part in toc.get("parts", []):
+        if not part.get("numbered"):
+            continue
+        for entry in part.get("chapters", []):
+            docname = entry["file"]
+            found.append(Chapter(docname, len(found) + 1, part.get("caption", "")))
+    for chapter in found:
+        path = next(p for p in (srcdir / f"{chapter.docname}.ipynb", srcdir / f"{chapter.docname}.md") if p.exists())
+        text = _markdown_of(path)
+        label, title = LABEL.search(text), TITLE.search(text)
+        chapter.label = label.group(1) if label else ""
+        chapter.title = title.group(1).strip() if title else chapter.docname
+        line = BUILDS_ON.search(text)
+        chapter.builds_on = REF.findall(line.group(1)) if line else []
+    return found
+
+
+def render_svg(book: list[Chapter], href) -> str:
+    """An SVG of the chapters in rows by part, with an arrow from each chapter to the ones built on it.
+
+    ``href(chapter)`` gives the link of a chapter's page.
+    """
+    by_label = {c.label: c for c in book}
+    parts: list[str] = []
+    for c in book:
+        if c.part not in parts:
+            parts.append(c.part)
+    box_w, box_h, gap_x, row_h, left, top = 190, 58, 26, 120, 150, 20
+    per_row = max(sum(c.part == p for c in book) for p in parts)
+    width = left + per_row * (box_w + gap_x)
+    height = top + len(parts) * row_h
+    pos = {}
+    for row, part in enumerate(parts):
+        members = [c for c in book if c.part == part]
+        for col, c in enumerate(members):
+            pos[c.label] = (left + col * (box_w + gap_x), top + row * row_h + 20)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="attnbook-chapter-map" '
+           f'role="img" aria-label="Which chapter builds on which">',
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+           'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#5b6b7b"/></marker></defs>']
+    for row, part in enumerate(parts):
+        y = top + row * row_h + 20 + box_h / 2
+        out.append(f'<text x="10" y="{y + 5}" font-size="14" font-weight="bold" fill="#1f4e79">{html.escape(part)}</text>')
+    for c in book:
+        for label in c.builds_on:
+            if label not in by_label or label not in pos:
+                continue
+            (x1, y1), (x2, y2) = pos[label], pos[c.label]
+            if y1 == y2 and x2 - x1 <= box_w + gap_x + 1:  # neighbours in a row: a straight arrow
+                path = f"M{x1 + box_w},{y1 + box_h / 2} L{x2},{y2 + box_h / 2}"
+            elif y1 == y2:  # further along the row: an arc over the chapters in between
+                a, b = x1 + box_w / 2, x2 + box_w / 2
+                path = f"M{a},{y1} C{a},{y1 - 32} {b},{y2 - 32} {b},{y2}"
+            else:  # from the bottom of the earlier chapter to the top of the later one
+                sx, sy, ex, ey = x1 + box_w / 2, y1 + box_h, x2 + box_w / 2, y2
+                mid = (sy + ey) / 2
+                path = f"M{sx},{sy} C{sx},{mid} {ex},{mid} {ex},{ey}"
+            out.append(f'<path d="{path}" fill="none" stroke="#5b6b7b" stroke-width="1.4" marker-end="url(#arrow)"/>')
+    for c in book:
+        x, y = pos[c.label]
+        lines = textwrap.wrap(f"{c.number}. {c.title}", 26)[:3]
+        out.append(f'<a href="{html.escape(href(c))}"><rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" '
+                   f'fill="#eaf1f8" stroke="#1f4e79" stroke-width="1.2"/>')
+        start = y + box_h / 2 - 8 * (len(lines) - 1) + 5
+        for i, line in enumerate(lines):
+            out.append(f'<text x="{x + box_w / 2}" y="{start + 16 * i}" font-size="13" text-anchor="middle" '
+                       f'fill="#10243a">{html.escape(line)}</text>')
+        out.append("</a>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def execution_times(report: Path) -> dict[str, dict]:
+    """The execution-time report: chapter file stem -> {"seconds": ..., ...}."""
+    return json.loads(report.read_text())

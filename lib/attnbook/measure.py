@@ -1,0 +1,271 @@
+"""Measuring what computations cost: wall time, peak tensor memory, FLOPs and parameters.
+
+- :func:`time_fn` times a function (median of several runs after warm-up, synchronising CUDA).
+- :func:`peak_memory` is the most memory the tensors created by a function held at any one moment.
+  On CUDA it reads the caching allocator's peak statistics. On the CPU, PyTorch keeps no such
+  statistics, so :class:`TensorMemoryTracker` watches every tensor that a PyTorch operation creates
+  (a ``TorchDispatchMode``), adds its storage's bytes when it appears and subtracts them once the
+  storage is freed (a weak reference tells when).
+- :func:`flop_count` counts floating-point operations with PyTorch's ``FlopCounterMode``
+  (matrix products: 2 per multiply-add; element-wise work such as softmax is not counted).
+- :func:`count_operations` counts the PyTorch operations a function runs (a Python loop over positions
+  runs operations in proportion to the length; a matrix product runs one).
+- :func:`count_parameters` and :func:`fit_power_law` (the slope of a log-log plot) complete the set.
+
+Chapter: the cost of attention and flash attention (chapter 09).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from . import _checks
+
+__all__ = [
+    "Timing",
+    "time_fn",
+    "TensorMemoryTracker",
+    "peak_memory",
+    "flop_count",
+    "count_operations",
+    "count_parameters",
+    "fit_power_law",
+    "format_bytes",
+]
+
+
+def _check_callable(name: str, fn) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name} must be a function of no arguments (e.g. a lambda), got {type(fn).__name__}")
+
+
+def _device(device) -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device must name a device such as 'cpu' or 'cuda', got {device!r}") from None
+    raise TypeError(f"device must be a torch.device or a string such as 'cpu', got {type(device).__name__}")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall-clock times of repeated runs, in seconds."""
+
+    times: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def best(self) -> float:
+        return min(self.times)
+
+    def __repr__(self) -> str:
+        return f"Timing(median={self.median:.4g} s, best={self.best:.4g} s, runs={len(self.times)})"
+
+
+def time_fn(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1, device="cpu") -> Timing:
+    """Time ``fn()``: ``warmup`` untimed runs, then ``repeats`` timed ones.
+
+    On CUDA the device is synchronised before and after each run, so that the time covers the work
+    and not only its launch.
+
+    Chapter: the cost of attention and flash attention.
+    """
+    _check_callable("fn", fn)
+    repeats = _checks.positive_int("repeats", repeats)
+    warmup = _checks.positive_int("warmup", warmup, minimum=0)
+    device = _device(device)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _synchronize(device)
+        start = time.perf_counter()
+        fn()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return Timing(tuple(times))
+
+
+class TensorMemoryTracker(TorchDispatchMode):
+    """Counts the bytes held by tensors created inside the ``with`` block, and their peak.
+
+    Every PyTorch operation inside the block passes through :meth:`__torch_dispatch__`. A result whose
+    storage is new (not the storage of one of the operation's inputs: views and in-place results share
+    their input's storage) is added to ``current``; a weak reference to the storage tells when it is
+    freed, and its bytes are then subtracted. ``peak`` is the largest ``current`` seen.
+
+    What it sees: tensors made by PyTorch operations in the block, forward and backward, including those
+    autograd saves for the backward pass. What it does not see: tensors that existed before the block,
+    scratch memory inside a single operation's kernel, and memory that is not a tensor.
+
+    Chapter: the cost of attention and flash attention.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._current = 0
+        self.peak = 0
+        self._live: dict[int, tuple[StorageWeakRef, int]] = {}  # storage address -> (weak ref, bytes)
+
+    @property
+    def current(self) -> int:
+        """The bytes held now by the tensors created in the block that are still alive."""
+        self._forget_freed()
+        return self._current
+
+    def _forget_freed(self) -> None:
+        for key in [key for key, (ref, _) in self._live.items() if ref.expired()]:
+            self._current -= self._live.pop(key)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._forget_freed()
+        inputs = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs))
+                  if isinstance(t, torch.Tensor) and t.layout == torch.strided}
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in inputs or key in self._live:
+                continue
+            self._live[key] = (StorageWeakRef(storage), storage.nbytes())
+            self._current += storage.nbytes()
+        self.peak = max(self.peak, self._current)
+        return out
+
+    def __exit__(self, *exc):
+        self._forget_freed()
+        return super().__exit__(*exc)
+
+
+def peak_memory(fn: Callable[[], Any], *, device="cpu") -> int:
+    """The peak extra memory, in bytes, that the tensors created by ``fn()`` hold at any one moment.
+
+    "Extra" means over what was allocated before the call: inputs made beforehand are not counted, the
+    results ``fn`` returns are (until it returns). On CUDA this is the caching allocator's peak
+    (``torch.cuda.max_memory_allocated``) minus what was allocated before; elsewhere it is
+    :class:`TensorMemoryTracker`'s peak.
+
+    Chapter: the cost of attention and flash attention.
+    """
+    _check_callable("fn", fn)
+    device = _device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result = fn()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
+        del result
+        return int(peak)
+    with TensorMemoryTracker() as tracker:
+        result = fn()
+        del result
+    return int(tracker.peak)
+
+
+def flop_count(fn: Callable[[], Any]) -> int:
+    """The floating-point operations of ``fn()`` as PyTorch's ``FlopCounterMode`` counts them.
+
+    A matrix product of (m, k) by (k, n) counts 2 m k n (a multiply and an add per term); element-wise
+    operations (softmax, exp, additions) are not counted. If ``fn`` calls ``backward``, the backward
+    pass is counted too.
+
+    Chapter: the cost of attention and flash attention.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _check_callable("fn", fn)
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+class _OperationCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(fn: Callable[[], Any]) -> int:
+    """The number of PyTorch operations (ATen operators, views included) that ``fn()`` runs.
+
+    A loop in Python over N positions runs a number of operations proportional to N, one after another;
+    a matrix product over all positions at once is one operation, however large.
+
+    Chapter: the cost of attention and flash attention (three ways to process sequences).
+    """
+    _check_callable("fn", fn)
+    with _OperationCounter() as counter:
+        fn()
+    return counter.count
+
+
+def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
+    """The number of parameters (numbers, not tensors) of ``model``; shared parameters count once.
+
+    Chapter: the cost of attention and flash attention; used by every chapter that sizes a model.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def fit_power_law(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Fit y = c * x**k by least squares on log-log axes; return (k, c). k is the slope of the log-log plot.
+
+    Shapes:
+        x, y: (n,) positive numbers, n >= 2, at least two distinct x
+
+    Chapter: the cost of attention and flash attention.
+    """
+    xs = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
+    ys = [float(v) for v in (y.tolist() if hasattr(y, "tolist") else y)]
+    if len(xs) != len(ys):
+        raise ValueError(f"x and y must have the same length, got {len(xs)} and {len(ys)}")
+    if len(xs) < 2 or len(set(xs)) < 2:
+        raise ValueError(f"fit_power_law needs at least two distinct x values, got x = {xs}")
+    if any(not (v > 0 and math.isfinite(v)) for v in xs + ys):
+        raise ValueError("x and y must be finite and positive for a fit on log-log axes")
+    lx, ly = [math.log(v) for v in xs], [math.log(v) for v in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    k = sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+    return k, math.exp(my - k * mx)
+
+
+def format_bytes(n: float) -> str:
+    """A byte count in binary units: ``format_bytes(3 * 2**20) == '3.0 MiB'``."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 0:
+        raise ValueError(f"n must be a finite number of bytes >= 0, got {n!r}")
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

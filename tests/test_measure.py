@@ -1,0 +1,188 @@
+"""Tests of attnbook.measure: timing, peak tensor memory, FLOP and parameter counts, power-law fits."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnbook import attention, measure, train
+
+DEVICE = train.pick_device()
+
+
+# --- time ---------------------------------------------------------------------------------------------
+
+def test_time_fn_times_every_repeat_after_the_warmup():
+    calls = []
+
+    def work():
+        calls.append(1)
+        time.sleep(0.01)
+
+    timing = measure.time_fn(work, repeats=3, warmup=2, device=DEVICE)
+    assert len(calls) == 5 and len(timing.times) == 3
+    assert 0.01 <= timing.best <= timing.median < 1.0
+    assert "median" in repr(timing)
+
+
+def test_time_fn_bad_input():
+    with pytest.raises(TypeError, match="fn must be a function of no arguments"):
+        measure.time_fn(3)
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
+        measure.time_fn(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="warmup must be an integer >= 0, got -1"):
+        measure.time_fn(lambda: None, warmup=-1)
+    with pytest.raises(ValueError, match="device must name a device"):
+        measure.time_fn(lambda: None, device="gpu please")
+
+
+# --- memory -------------------------------------------------------------------------------------------
+
+def test_peak_memory_of_one_tensor():
+    peak = measure.peak_memory(lambda: torch.empty(1000, device=DEVICE), device=DEVICE)
+    if DEVICE.type == "cpu":
+        assert peak == 4000
+    else:  # the caching allocator rounds blocks up to 512 bytes
+        assert 4000 <= peak <= 4096
+
+
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="exact byte counts of the CPU tensor tracker")
+def test_the_tracker_adds_new_tensors_and_subtracts_freed_ones():
+    def chain():
+        a = torch.ones(1000)  # 4000 bytes
+        b = a * 2  # 8000 held
+        del a  # 4000
+        c = b + 1  # 8000 again: the peak stays 8000
+        del b
+        return c * 3  # 8000
+
+    assert measure.peak_memory(chain) == 8000
+    with measure.TensorMemoryTracker() as tracker:
+        x = torch.ones(250)
+        y = torch.ones(250)
+        del x, y
+    assert tracker.peak == 2000 and tracker.current == 0
+
+
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="exact byte counts of the CPU tensor tracker")
+def test_views_and_in_place_results_cost_nothing():
+    x = torch.randn(100, 100)
+
+    def views():
+        y = x.t()[10:20]
+        z = x.view(10_000)
+        x.mul_(1.0)
+        return y, z, x.detach()
+
+    assert measure.peak_memory(views) == 0
+    assert measure.peak_memory(lambda: x.t().contiguous()) == 40_000
+
+
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="exact byte counts of the CPU tensor tracker")
+def test_tensors_saved_for_the_backward_pass_are_counted():
+    x = torch.randn(1000, requires_grad=True)
+    with measure.TensorMemoryTracker() as tracker:
+        y = torch.exp(x * 2)  # x * 2 is freed (exp saves its output), y is kept
+        held = tracker.current
+    assert held == 4000  # only y: exp saves its result, which is y itself
+    with measure.TensorMemoryTracker() as tracker:
+        z = torch.sin(x * 2)  # sin saves its input x * 2: it stays alive inside the graph
+        held = tracker.current
+    assert held == 8000
+    del y, z
+
+
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="exact byte counts of the CPU tensor tracker")
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(8, 200), d=st.integers(1, 32))
+def test_naive_attention_holds_the_scores_and_the_weights(n, d):
+    q, k, v = torch.randn(n, d), torch.randn(n, d), torch.randn(n, d)
+    with torch.no_grad():
+        peak = measure.peak_memory(lambda: attention.scaled_dot_product_attention(q, k, v))
+    assert peak == 4 * (2 * n * n + n * d)  # scores, weights and output at the moment of the last product
+
+
+def test_peak_memory_bad_input():
+    with pytest.raises(TypeError, match="fn must be a function of no arguments"):
+        measure.peak_memory(torch.randn(3))
+    with pytest.raises(TypeError, match="device must be a torch.device or a string"):
+        measure.peak_memory(lambda: None, device=3)
+
+
+# --- FLOPs and parameters -----------------------------------------------------------------------------
+
+@settings(max_examples=20, deadline=None)
+@given(m=st.integers(1, 40), k=st.integers(1, 40), n=st.integers(1, 40))
+def test_flop_count_of_a_matrix_product(m, k, n):
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    assert measure.flop_count(lambda: a @ b) == 2 * m * k * n
+
+
+def test_flop_count_of_attention_and_its_backward():
+    n, d = 64, 16
+    q = torch.randn(n, d, requires_grad=True)
+    k, v = torch.randn(n, d), torch.randn(n, d)
+    assert measure.flop_count(lambda: attention.scaled_dot_product_attention(q, k, v)) == 4 * n * n * d
+    both = measure.flop_count(lambda: attention.scaled_dot_product_attention(q, k, v).sum().backward())
+    assert both > 4 * n * n * d  # the backward pass has its own products
+
+
+def test_count_operations_grows_with_a_python_loop_only():
+    x = torch.randn(50, 8)
+    W = torch.randn(8, 8)
+
+    def loop(x):
+        h = torch.zeros(8)
+        for x_t in x:  # indexing and the step: a fixed number of operations per position
+            h = torch.tanh(x_t @ W + h)
+        return h
+
+    assert measure.count_operations(lambda: x @ W) == 1
+    assert measure.count_operations(lambda: torch.softmax(x @ x.T, dim=-1) @ x) == 4  # x.T is an operation too
+    counts = [measure.count_operations(lambda: loop(x[:n])) for n in (10, 20, 30)]
+    assert counts[1] - counts[0] == counts[2] - counts[1] > 10  # the same number of operations per position
+    with pytest.raises(TypeError, match="fn must be a function of no arguments"):
+        measure.count_operations(None)
+
+
+def test_count_parameters():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2, bias=False))
+    assert measure.count_parameters(model) == 3 * 4 + 4 + 4 * 2
+    model[0].weight.requires_grad_(False)
+    assert measure.count_parameters(model, trainable_only=True) == 4 + 4 * 2
+    shared = torch.nn.Sequential(model[1], model[1])
+    assert measure.count_parameters(shared) == 8
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got int"):
+        measure.count_parameters(3)
+
+
+# --- fits and formats ---------------------------------------------------------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.floats(-3, 3), c=st.floats(0.01, 100))
+def test_fit_power_law_recovers_the_exponent(k, c):
+    xs = [1, 2, 4, 8, 16]
+    slope, coefficient = measure.fit_power_law(xs, [c * x**k for x in xs])
+    assert math.isclose(slope, k, abs_tol=1e-9)
+    assert math.isclose(coefficient, c, rel_tol=1e-9)
+
+
+def test_fit_power_law_bad_input():
+    with pytest.raises(ValueError, match="same length"):
+        measure.fit_power_law([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match="two distinct x"):
+        measure.fit_power_law([2, 2], [1, 2])
+    with pytest.raises(ValueError, match="finite and positive"):
+        measure.fit_power_law([1, 2], [0, 2])
+
+
+def test_format_bytes():
+    assert measure.format_bytes(512) == "512 B"
+    assert measure.format_bytes(3 * 2**20) == "3.0 MiB"
+    assert measure.format_bytes(1.5 * 2**30) == "1.5 GiB"
+    with pytest.raises(ValueError, match="n must be a finite number of bytes"):
+        measure.format_bytes(-1)
