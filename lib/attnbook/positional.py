@@ -1,0 +1,237 @@
+"""Positional encodings: telling a permutation-equivariant attention layer where each token sits.
+
+Self-attention treats its input as a set, so order must be put into the vectors themselves. This module
+holds the encodings that are *added* to the token embeddings:
+
+- :func:`sinusoidal` and :class:`SinusoidalPositionalEncoding`: the fixed sine/cosine encoding of
+  Vaswani et al. (2017), PE(pos, 2i) = sin(pos * w_i), PE(pos, 2i+1) = cos(pos * w_i) with
+  w_i = base^(-2i / d_model) for i = 0, ..., d_model/2 - 1;
+- :class:`LearnedPositionalEmbedding`: one trained vector per position (GPT, BERT, ViT);
+- :func:`sinusoidal_2d` and :class:`SinusoidalPositionalEncoding2D`: row and column encodings for a grid
+  of image patches, each in half of the width.
+
+The angles pos * w_i (:func:`frequencies`, :func:`angles`) are shared on purpose: rotary embeddings
+(RoPE, chapter on modern tweaks) rotate each pair (2i, 2i+1) of the queries and keys by exactly these
+angles instead of adding a vector, so they can reuse them. Every module here takes an ``offset`` (the
+position of the first token), which generation with a cache needs.
+
+Chapter: self-attention and positional encoding (2D encodings are used again in the vision transformer).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import _checks
+
+__all__ = [
+    "frequencies",
+    "angles",
+    "sinusoidal",
+    "sinusoidal_2d",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "SinusoidalPositionalEncoding2D",
+]
+
+
+def _even_width(name: str, d: int, multiple: int = 2) -> int:
+    _checks.positive_int(name, d)
+    if d % multiple:
+        raise ValueError(f"{name} must be divisible by {multiple} (the encoding uses sine/cosine pairs"
+                         f"{' for rows and for columns' if multiple == 4 else ''}), got {name}={d}")
+    return d
+
+
+def _offset(offset) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer (the position of the first token), got {offset!r}")
+    return offset
+
+
+def frequencies(d_model: int, *, base: float = 10000.0, device=None) -> torch.Tensor:
+    """The angular frequencies w_i = base^(-2i / d_model) for i = 0, ..., d_model/2 - 1 (float64).
+
+    Wavelengths 2 pi / w_i run geometrically from 2 pi (i = 0) to almost 2 pi * base.
+
+    Shapes:
+        return: (d_model / 2,)
+
+    Chapter: self-attention and positional encoding.
+    """
+    _even_width("d_model", d_model)
+    base = _checks.positive_float("base", base)
+    i = torch.arange(d_model // 2, dtype=torch.float64, device=device)  # (D/2,)
+    return base ** (-2.0 * i / d_model)  # (D/2,)
+
+
+def angles(positions, d_model: int, *, base: float = 10000.0) -> torch.Tensor:
+    """The angles pos * w_i of every position and frequency (float64).
+
+    Shapes:
+        positions: (...,) integer or real positions (a tensor, a list, or an int n for 0, ..., n-1)
+        return:    (..., d_model / 2)
+
+    Chapter: self-attention and positional encoding (rotary embeddings reuse these angles).
+    """
+    if isinstance(positions, int) and not isinstance(positions, bool):
+        positions = torch.arange(_checks.positive_int("positions", positions))
+    positions = torch.as_tensor(positions)
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions must be integers or real numbers, got dtype {positions.dtype}")
+    w = frequencies(d_model, base=base, device=positions.device)  # (D/2,)
+    return positions.to(torch.float64).unsqueeze(-1) * w  # (..., D/2)
+
+
+def sinusoidal(n_positions: int, d_model: int, *, base: float = 10000.0, offset: int = 0,
+               dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    r"""The sinusoidal encodings of positions offset, ..., offset + n_positions - 1.
+
+    PE[pos, 2i] = sin(pos * w_i) and PE[pos, 2i+1] = cos(pos * w_i), with w_i = base^(-2i/d_model) and
+    i = 0, ..., d_model/2 - 1: even dimensions hold sines, odd dimensions cosines, one frequency per pair.
+    Computed in float64, then converted to ``dtype``.
+
+    Shapes:
+        return: (n_positions, d_model)
+
+    Chapter: self-attention and positional encoding.
+    """
+    _checks.positive_int("n_positions", n_positions)
+    offset = _offset(offset)
+    theta = angles(torch.arange(offset, offset + n_positions), d_model, base=base)  # (T, D/2)
+    pe = torch.stack([theta.sin(), theta.cos()], dim=-1)  # (T, D/2, 2): (sin, cos) per frequency
+    return pe.flatten(-2).to(dtype).to(device)  # (T, D): sin, cos, sin, cos, ...
+
+
+def sinusoidal_2d(height: int, width: int, d_model: int, *, base: float = 10000.0,
+                  dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """Sinusoidal encodings of a height x width grid: the row's encoding, then the column's.
+
+    The first d_model/2 dimensions are ``sinusoidal(height, d_model/2)`` of the row index, the last
+    d_model/2 those of the column index. Grid cells are listed row by row (row-major), the order in
+    which ``x.flatten(2).transpose(1, 2)`` lists the patches of a (B, D, height, width) feature map.
+
+    Shapes:
+        return: (height * width, d_model)
+
+    Chapter: self-attention and positional encoding; used by the vision transformer.
+    """
+    _checks.positive_int("height", height)
+    _checks.positive_int("width", width)
+    _even_width("d_model", d_model, multiple=4)
+    rows = sinusoidal(height, d_model // 2, base=base, dtype=torch.float64)  # (Hg, D/2)
+    cols = sinusoidal(width, d_model // 2, base=base, dtype=torch.float64)  # (Wg, D/2)
+    grid = torch.cat([rows[:, None, :].expand(height, width, -1),
+                      cols[None, :, :].expand(height, width, -1)], dim=-1)  # (Hg, Wg, D)
+    return grid.reshape(height * width, d_model).to(dtype).to(device)  # (Hg * Wg, D)
+
+
+def _check_input(x: torch.Tensor, d_model: int) -> None:
+    _checks.tensor("x", x, min_ndim=2, floating=True)
+    if x.shape[-1] != d_model:
+        raise ValueError(f"x must have width d_model={d_model} in its last dimension, "
+                         f"got shape {_checks.shape_str(x.shape)}")
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal encoding of each position to a sequence of vectors (then dropout).
+
+    The table for the first ``max_len`` positions is a non-persistent buffer; longer sequences get
+    their encodings computed on the fly, since a formula extends to any position.
+
+    Shapes:
+        x:      (..., T, D), typically (B, T, D)
+        return: (..., T, D), x[..., t, :] + PE[offset + t]
+
+    Chapter: self-attention and positional encoding.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 1024, *, base: float = 10000.0, dropout: float = 0.0):
+        super().__init__()
+        self.d_model = _even_width("d_model", d_model)
+        self.max_len = _checks.positive_int("max_len", max_len)
+        self.base = _checks.positive_float("base", base)
+        self.dropout = nn.Dropout(_checks.positive_float("dropout", dropout, allow_zero=True))
+        self.register_buffer("pe", sinusoidal(max_len, d_model, base=base), persistent=False)  # (max_len, D)
+
+    def encoding(self, n_positions: int, offset: int = 0) -> torch.Tensor:
+        """PE for positions offset, ..., offset + n_positions - 1, shape (n_positions, D)."""
+        offset = _offset(offset)
+        if offset + n_positions <= self.max_len:
+            return self.pe[offset:offset + n_positions]  # (T, D)
+        return sinusoidal(n_positions, self.d_model, base=self.base, offset=offset,
+                          dtype=self.pe.dtype, device=self.pe.device)  # (T, D)
+
+    def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+        _check_input(x, self.d_model)
+        return self.dropout(x + self.encoding(x.shape[-2], offset).to(x.dtype))  # (..., T, D)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base:g}"
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds a trained vector per position (a lookup table of ``max_len`` rows) to a sequence of vectors.
+
+    The parameter ``weight`` is initialised from N(0, init_std^2). Unlike the sinusoidal encoding, there
+    is nothing to say about positions beyond ``max_len``: asking for one is an error.
+
+    Shapes:
+        x:      (..., T, D), typically (B, T, D)
+        return: (..., T, D), x[..., t, :] + weight[offset + t]
+
+    Chapter: self-attention and positional encoding.
+    """
+
+    def __init__(self, d_model: int, max_len: int, *, dropout: float = 0.0, init_std: float = 0.02):
+        super().__init__()
+        self.d_model = _checks.positive_int("d_model", d_model)
+        self.max_len = _checks.positive_int("max_len", max_len)
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * _checks.positive_float("init_std", init_std))
+        self.dropout = nn.Dropout(_checks.positive_float("dropout", dropout, allow_zero=True))
+
+    def encoding(self, n_positions: int, offset: int = 0) -> torch.Tensor:
+        """The learned vectors of positions offset, ..., offset + n_positions - 1, shape (n_positions, D)."""
+        offset = _offset(offset)
+        if offset + n_positions > self.max_len:
+            raise ValueError(
+                f"a learned positional embedding has vectors for positions 0 to {self.max_len - 1} only "
+                f"(max_len={self.max_len}); got {n_positions} positions starting at offset {offset}")
+        return self.weight[offset:offset + n_positions]  # (T, D)
+
+    def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+        _check_input(x, self.d_model)
+        return self.dropout(x + self.encoding(x.shape[-2], offset).to(x.dtype))  # (..., T, D)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}"
+
+
+class SinusoidalPositionalEncoding2D(nn.Module):
+    """Adds the 2D sinusoidal encoding of each cell of a height x width grid to its vector (row-major).
+
+    Add it to the patch tokens before prepending a class token (which then has no position), or
+    use the buffer ``pe`` directly.
+
+    Shapes:
+        x:      (..., height * width, D), typically (B, N, D) with N patches
+        return: (..., height * width, D)
+
+    Chapter: self-attention and positional encoding; used by the vision transformer.
+    """
+
+    def __init__(self, d_model: int, height: int, width: int, *, base: float = 10000.0):
+        super().__init__()
+        self.d_model, self.height, self.width = d_model, height, width
+        self.register_buffer("pe", sinusoidal_2d(height, width, d_model, base=base), persistent=False)  # (N, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_input(x, self.d_model)
+        n = self.height * self.width
+        if x.shape[-2] != n:
+            raise ValueError(f"x must have height * width = {self.height} * {self.width} = {n} tokens in "
+                             f"dimension -2, got shape {_checks.shape_str(x.shape)}")
+        return x + self.pe.to(x.dtype)  # (..., N, D)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, height={self.height}, width={self.width}"
