@@ -20,6 +20,10 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 ATTNBOOK_DATA ?= $(firstword $(wildcard $(abspath ../shared/data)))
 export ATTNBOOK_DATA
 export PYTHONUNBUFFERED := 1
+# One compute thread per process: on a small shared machine, PyTorch's thread pool spinning against other
+# processes made some tests 5 to 15 times slower. Override with OMP_NUM_THREADS=N.
+OMP_NUM_THREADS ?= 1
+export OMP_NUM_THREADS
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-current-env \

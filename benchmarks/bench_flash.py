@@ -31,23 +31,14 @@ from pathlib import Path
 import torch
 
 from attnbook import attention, flash, measure
+from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
 
 HERE = Path(__file__).resolve().parent
 TARGET_N, TARGET_MEMORY, TARGET_ERROR = 8192, 0.05, 1e-5
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else []
 
 
 def measure_one(n: int, d: int, args, device: torch.device) -> dict:
@@ -55,7 +46,7 @@ def measure_one(n: int, d: int, args, device: torch.device) -> dict:
     q, k, v = (torch.randn(n, d, generator=g).to(device) for _ in range(3))
     naive = lambda: attention.scaled_dot_product_attention(q, k, v)  # noqa: E731
     tiled = lambda: flash.flash_attention(q, k, v, block_q=args.block_q, block_k=args.block_k)  # noqa: E731
-    row = {"N": n, "d": d, "load_before": load()}
+    row = {"N": n, "d": d, "load_before": loadavg()}
     with torch.no_grad():
         for name, fn in (("naive", naive), ("tiled", tiled)):
             row[f"{name}_peak_bytes"] = measure.peak_memory(fn, device=device)
@@ -80,18 +71,15 @@ def measure_one(n: int, d: int, args, device: torch.device) -> dict:
                                                                 device=device).best
         row["train_memory_ratio"] = row["tiled_train_peak_bytes"] / row["naive_train_peak_bytes"]
         row["train_time_ratio"] = row["tiled_train_seconds_best"] / row["naive_train_seconds_best"]
-    row["load_after"] = load()
+    row["load_after"] = loadavg()
     return row
 
 
-def markers(tag: str | None) -> tuple[str, str]:
-    name = "bench_flash" + (f"_{tag}" if tag else "")
-    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
 def table(result: dict) -> str:
     env = result["environment"]
-    start, end = markers(result["tag"])
+    start, end = markers("bench_flash" + (f"_{result['tag']}" if result["tag"] else ""))
     title = "## Flash attention (`bench_flash.py`" + (f" `--tag {result['tag']}`" if result["tag"] else "") + ")"
     lines = [
         start,
@@ -137,16 +125,6 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: Path, section: str, tag: str | None) -> None:
-    start, end = markers(tag)
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nScripts that measure speed, memory and " \
-        "training quality; each writes JSON to `results/` and its section below.\n"
-    if start in text and end in text:
-        before, rest = text.split(start, 1)
-        text = before + section + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
 
 
 def main(argv=None) -> int:
@@ -177,12 +155,13 @@ def main(argv=None) -> int:
         if args.note:
             result["environment"]["note"] = args.note
             args.output.write_text(json.dumps(result, indent=2) + "\n")
-        write_readme(args.readme, table(result), result.get("tag"))
+        tag = result.get("tag")
+        write_section("bench_flash" + (f"_{tag}" if tag else ""), table(result), args.readme)
         print(f"updated {args.readme} from {args.output}")
         return 0
     environment = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(),
                    "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                   "python": platform.python_version(), "device": str(device), "load_before": load(),
+                   "python": platform.python_version(), "device": str(device), "load_before": loadavg(),
                    "note": args.note}
     rows = []
     for n in args.sizes:
@@ -193,7 +172,7 @@ def main(argv=None) -> int:
               f"{r['naive_seconds_best']:.3f} s naive, {r['tiled_seconds_best']:.3f} s tiled "
               f"(x{r['time_ratio']:.2f}); max abs error {r['max_abs_error_tiled_vs_naive']:.1e}; load {r['load_after']}",
               flush=True)
-    environment["load_after"] = load()
+    environment["load_after"] = loadavg()
     targets = {}
     at = next((r for r in rows if r["N"] == TARGET_N), None)
     if at is not None:
@@ -206,7 +185,7 @@ def main(argv=None) -> int:
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.output}")
     if not args.no_readme:
-        write_readme(args.readme, table(result), args.tag)
+        write_section("bench_flash" + (f"_{args.tag}" if args.tag else ""), table(result), args.readme)
         print(f"updated {args.readme}")
     if targets and not (targets["memory_met"] and targets["error_met"]):
         print("a target was not met", file=sys.stderr)

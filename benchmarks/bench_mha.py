@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -36,23 +34,14 @@ import torch
 from torch import nn
 
 from attnbook import attention
+from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
 
 HERE = Path(__file__).resolve().parent
 SIZES = [(64, 32, 64), (32, 64, 128), (16, 128, 256), (8, 256, 256), (8, 256, 512), (4, 512, 512), (2, 1024, 256)]
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else []
 
 
 def make_pair(d_model: int, n_heads: int, seed: int):
@@ -108,7 +97,7 @@ def measure_one(B: int, T: int, D: int, causal: bool, args) -> dict:
     for _ in range(2):  # warm-up
         timed(run_ours, 1)
         timed(run_theirs, 1)
-    load_before = load()
+    load_before = loadavg()
     ours_t, theirs_t, ratios = [], [], []
     for r in range(args.rounds):
         if r % 2 == 0:
@@ -125,7 +114,7 @@ def measure_one(B: int, T: int, D: int, causal: bool, args) -> dict:
             "torch_ms": round(statistics.median(theirs_t) * 1e3, 3),
             "ratio": round(statistics.median(ratios), 3),
             "ratio_q25": round(quantile(ratios, 0.25), 3), "ratio_q75": round(quantile(ratios, 0.75), 3),
-            "load_before": load_before, "load_after": load()}
+            "load_before": load_before, "load_after": loadavg()}
 
 
 def readme_section(result: dict, tag: str | None) -> str:
@@ -156,18 +145,6 @@ def readme_section(result: dict, tag: str | None) -> str:
     return "\n".join(lines)
 
 
-def write_readme(section: str, tag: str | None) -> None:
-    name = "bench_mha" + (f"_{tag}" if tag else "")
-    path = HERE / "README.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nResults of the scripts `benchmarks/bench_*.py`.\n"
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    if start in text and end in text:
-        before, rest = text.split(start, 1)
-        after = rest.split(end, 1)[1]
-        text = before + section + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
 
 
 def main(argv=None) -> int:
@@ -184,7 +161,7 @@ def main(argv=None) -> int:
     sizes = SIZES if not args.sizes else [tuple(int(v) for v in s.split(",")) for s in args.sizes]
     result = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(),
               "threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.version.split()[0],
-              "rounds": args.rounds, "load_start": load(), "rows": []}
+              "rounds": args.rounds, "load_start": loadavg(), "rows": []}
     for B, T, D in sizes:
         for causal in (False, True):
             row = measure_one(B, T, D, causal, args)
@@ -192,7 +169,7 @@ def main(argv=None) -> int:
             print(f"B={B:3d} T={T:5d} D={D:4d} H={row['H']:2d} mask={row['mask']:6s} ours {row['ours_ms']:9.2f} ms  "
                   f"torch {row['torch_ms']:9.2f} ms  ratio {row['ratio']:.3f} "
                   f"[{row['ratio_q25']:.3f}, {row['ratio_q75']:.3f}]  load {row['load_before']}", flush=True)
-    result["load_end"] = load()
+    result["load_end"] = loadavg()
     result["max_ratio"] = max(r["ratio"] for r in result["rows"])
     result["target_met"] = result["max_ratio"] <= 1.0
     out = HERE / "results" / f"mha{'_' + args.tag if args.tag else ''}.json"
@@ -201,7 +178,7 @@ def main(argv=None) -> int:
     print(f"wrote {out.relative_to(HERE.parent)}; largest ratio {result['max_ratio']:.3f} "
           f"(target <= 1.0 {'met' if result['target_met'] else 'NOT met'})")
     if not args.no_readme:
-        write_readme(readme_section(result, args.tag), args.tag)
+        write_section("bench_mha" + (f"_{args.tag}" if args.tag else ""), readme_section(result, args.tag))
     return 0
 
 

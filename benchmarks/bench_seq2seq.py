@@ -23,7 +23,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import random
 import sys
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 import torch
 
 from attnbook import data, seq2seq, train
+from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "seq2seq.json"
@@ -39,21 +39,8 @@ README = HERE / "README.md"
 START, END = "<!-- bench_seq2seq:start -->", "<!-- bench_seq2seq:end -->"
 
 
-def loadavg() -> list[float] | None:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return None
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def buckets_for(min_len: int, max_len: int, width: int) -> list[tuple[int, int]]:
@@ -154,12 +141,7 @@ def main(argv=None) -> int:
     table = readme_section(result)
     print(table)
     if not args.no_readme:
-        text = README.read_text() if README.exists() else "# Benchmarks\n"
-        if START in text and END in text:
-            text = text[: text.index(START)] + table + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + table + "\n"
-        README.write_text(text)
+        write_section("bench_seq2seq", table)
     return 0
 
 

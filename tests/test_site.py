@@ -86,8 +86,8 @@ def open_page(browser, url: str):
 
     page.on("request", on_request)
     page.on("response", lambda r: errors.append(f"HTTP {r.status} for {r.url}") if r.status >= 400 else None)
-    page.goto(url, wait_until="load")
-    page.wait_for_load_state("networkidle")
+    page.goto(url, wait_until="load", timeout=120_000)
+    page.wait_for_load_state("networkidle", timeout=120_000)
     return page, errors, outside
 
 

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _checks
+from .positional import apply_rope
 
 __all__ = [
     "check_qkv",
@@ -24,6 +25,8 @@ __all__ = [
     "AdditiveScore",
     "AdditiveAttention",
     "MultiHeadAttention",
+    "KVCache",
+    "GroupedQueryAttention",
 ]
 
 
@@ -284,6 +287,21 @@ class AdditiveAttention(nn.Module):
         return (context, weights) if return_weights else context
 
 
+
+def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool):
+    """The attention of every head, given projected q (B, H, Tq, Dh), k and v (B, H or H_kv, Tk, Dh).
+
+    PyTorch's fused kernel when the weights are not asked for (with zeros, not NaN, for a query that may
+    attend to no key), else the explicit softmax. Returns (heads (B, H, Tq, Dh), weights or None).
+    """
+    if return_weights:
+        weights = masked_softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]), mask)  # (B, H, Tq, Tk)
+        return F.dropout(weights, p) @ v, weights  # (B, H, Tq, Dh)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=fused_causal)
+    if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
+        heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return heads, None  # (B, H, Tq, Dh)
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention: H heads of width Dh = D / H, each attending in its own subspace.
 
@@ -377,14 +395,125 @@ class MultiHeadAttention(nn.Module):
         q = q.view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)
         k = k.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
         v = v.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
-        p = self.dropout if self.training else 0.0
-        if return_weights:
-            weights = masked_softmax((q @ k.transpose(-2, -1)) / math.sqrt(self.d_head), mask)  # (B, H, Tq, Tk)
-            heads = F.dropout(weights, p) @ v  # (B, H, Tq, Dh)
-        else:
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                   is_causal=fused_causal)  # (B, H, Tq, Dh)
-            if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
-                heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
+                                return_weights)  # (B, H, Tq, Dh)
+        out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
+        return (out, weights) if return_weights else out
+
+
+class KVCache:
+    """The keys and values one attention layer has computed so far, kept for generating the next tokens.
+
+    Starts empty; :meth:`append` adds the keys and values of new positions and returns all of them.
+    ``length`` is the number of positions held (the offset of the next token).
+
+    Shapes:
+        k, v: (B, H_kv, T_past, Dh) once something is appended (None before)
+
+    Chapter: modern tweaks (KV cache).
+    """
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add (B, H_kv, T_new, Dh) keys and values; return all keys and values (B, H_kv, T_past + T_new, Dh)."""
+        if self.k is not None:
+            expected = (k.shape[0], k.shape[1], self.k.shape[2], k.shape[3])
+            for name, held in (("cache.k", self.k), ("cache.v", self.v)):
+                if tuple(held.shape) != expected:
+                    raise ValueError(f"{name} must have shape (B, H_kv, T_past, Dh) = {_checks.shape_str(expected)} "
+                                     f"to match the new keys, got {_checks.shape_str(held.shape)}")
+            k = torch.cat([self.k, k], dim=2)  # (B, H_kv, T_past + T_new, Dh)
+            v = torch.cat([self.v, v], dim=2)  # (B, H_kv, T_past + T_new, Dh)
+        self.k, self.v = k, v
+        return k, v
+
+
+class GroupedQueryAttention(nn.Module):
+    r"""Grouped-query attention: H query heads share H_kv key/value heads, H / H_kv queries per group.
+
+    With ``n_kv_heads == n_heads`` it is :class:`MultiHeadAttention` (same parameter names, same output);
+    with ``n_kv_heads == 1`` it is multi-query attention. ``W_k`` and ``W_v`` map D to H_kv * Dh, so
+    the keys and values, and the KV cache, shrink by the factor H / H_kv. ``rope=True`` rotates queries
+    and keys with :func:`attnbook.positional.apply_rope` (self-attention only). With a :class:`KVCache`
+    the queries are the new positions, the keys and values those of the cache plus the new ones.
+
+    Shapes:
+        query: (B, Tq, D); key, value: (B, Tk, D), default to query
+        mask:  boolean, True = may attend, broadcastable to (B, H, Tq, Tk)
+        return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
+
+    Chapter: modern tweaks (grouped-query attention, RoPE, KV cache).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, dropout: float = 0.0,
+                 bias: bool = True, rope: bool = False, rope_base: float = 10000.0):
+        super().__init__()
+        _checks.positive_int("d_model", d_model)
+        _checks.positive_int("n_heads", n_heads)
+        n_kv_heads = n_heads if n_kv_heads is None else _checks.positive_int("n_kv_heads", n_kv_heads)
+        if d_model % n_heads:
+            raise ValueError(f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads must be divisible by n_kv_heads (each key/value head serves a whole group "
+                             f"of query heads), got n_heads={n_heads} and n_kv_heads={n_kv_heads}")
+        self.dropout = _checks.positive_float("dropout", dropout, allow_zero=True)
+        if self.dropout >= 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        if rope and self.d_head % 2:
+            raise ValueError(f"rope needs an even head width d_model / n_heads, got {self.d_head}")
+        self.rope, self.rope_base = bool(rope), _checks.positive_float("rope_base", rope_base)
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.W_v = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
+                return_weights: bool = False, cache: KVCache | None = None):
+        key = query if key is None else key
+        value = key if value is None else value
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            _checks.tensor(name, x, ndim=3, floating=True)
+            if x.shape[-1] != self.d_model:
+                raise ValueError(f"{name} must have width d_model={self.d_model}, got shape {_checks.shape_str(x.shape)}")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be an attnbook.attention.KVCache, got {type(cache).__name__}")
+        B, T_q, D = query.shape
+        T_new = key.shape[1]
+        past = 0 if cache is None else cache.length
+        q = self.W_q(query).view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)
+        k = self.W_k(key).view(B, T_new, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, Tk, Dh)
+        v = self.W_v(value).view(B, T_new, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, Tk, Dh)
+        if self.rope:
+            q = apply_rope(q, offset=past, base=self.rope_base)  # (B, H, Tq, Dh)
+            k = apply_rope(k, offset=past, base=self.rope_base)  # (B, H_kv, Tk, Dh)
+        if cache is not None:
+            if cache.k is not None and cache.k.shape[0] != B:
+                raise ValueError(f"cache.k must have shape (B={B}, H_kv={self.n_kv_heads}, T_past, Dh={self.d_head}), "
+                                 f"got {_checks.shape_str(cache.k.shape)}")
+            k, v = cache.append(k, v)  # (B, H_kv, T_past + Tk, Dh)
+        T_k = k.shape[2]
+        group = self.n_heads // self.n_kv_heads
+        k = k.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh): each key/value head serves `group` query heads
+        v = v.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
+        if mask is not None:
+            _checks.tensor("mask", mask, dtype=torch.bool)
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk)
+            _checks.broadcastable("mask", mask, (B, self.n_heads, T_q, T_k), "(B, H, Tq, Tk)")
+        fused_causal = is_causal and mask is None and T_q == T_k and not return_weights
+        if is_causal and not fused_causal:  # with a cache the queries are the last Tq of Tk positions
+            causal = causal_mask(T_q, T_k, offset=T_k - T_q, device=query.device)  # (Tq, Tk)
+            mask = causal if mask is None else mask & causal
+        heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
+                                return_weights)  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out

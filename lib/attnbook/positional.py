@@ -32,6 +32,7 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding2D",
+    "apply_rope",
 ]
 
 
@@ -235,3 +236,28 @@ class SinusoidalPositionalEncoding2D(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, height={self.height}, width={self.width}"
+
+
+def apply_rope(x: torch.Tensor, *, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
+    r"""Rotary position embedding (RoPE): rotate each pair (2i, 2i+1) of x at position p by the angle p * w_i.
+
+    With theta = p * w_i (the angles of :func:`angles`, w_i = base^(-2i / Dh)):
+    out[2i] = x[2i] cos(theta) - x[2i+1] sin(theta) and out[2i+1] = x[2i] sin(theta) + x[2i+1] cos(theta).
+    Applied to queries and keys, it makes q_m . k_n depend on the positions only through m - n, and it
+    keeps every vector's norm. Positions are offset, ..., offset + T - 1 along dimension -2.
+
+    Shapes:
+        x:      (..., T, Dh), typically (B, H, T, Dh) queries or keys; Dh even
+        return: (..., T, Dh)
+
+    Chapter: modern tweaks (RoPE).
+    """
+    _checks.tensor("x", x, min_ndim=2, floating=True)
+    _even_width("x.shape[-1]", x.shape[-1])
+    offset = _offset(offset)
+    T = x.shape[-2]
+    theta = angles(torch.arange(offset, offset + T, device=x.device), x.shape[-1], base=base)  # (T, Dh/2)
+    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (T, Dh/2) each
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2): the two coordinates of each pair
+    out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, Dh/2, 2)
+    return out.flatten(-2)  # (..., T, Dh)

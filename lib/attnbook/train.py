@@ -184,3 +184,52 @@ def fit(
         run_eval(len(history.step))
     history.seconds = time.perf_counter() - start
     return history
+
+
+# --- Learning-rate schedules ---------------------------------------------------------------------------
+# Chapter: the transformer block (the 2017 schedule); the lab (warmup then cosine decay).
+
+__all__ += ["inverse_sqrt_schedule", "cosine_schedule"]
+
+
+def inverse_sqrt_schedule(d_model: int, warmup_steps: int) -> Callable[[int], float]:
+    r"""The learning rate of the 2017 transformer, lrate = d_model^-0.5 * min(n^-0.5, n * warmup^-1.5).
+
+    ``n = step + 1`` counts optimiser steps from 1 (at n = 0 the formula would divide by zero). The rate
+    grows linearly for ``warmup_steps`` steps, peaks at ``(d_model * warmup_steps) ** -0.5``, then decays
+    as 1 / sqrt(n). It is the learning rate itself: use it with ``fit(..., lr=1.0, schedule=...)``.
+    """
+    d_model = _checks.positive_int("d_model", d_model)
+    warmup_steps = _checks.positive_int("warmup_steps", warmup_steps)
+
+    def lrate(step: int) -> float:
+        n = step + 1
+        return d_model ** -0.5 * min(n ** -0.5, n * warmup_steps ** -1.5)
+
+    return lrate
+
+
+def cosine_schedule(total_steps: int, *, warmup_steps: int = 0, min_factor: float = 0.1) -> Callable[[int], float]:
+    """A factor for the base learning rate: linear warmup, then a cosine from 1 down to ``min_factor``.
+
+    ``factor(step)`` is ``(step + 1) / (warmup_steps + 1)`` during warmup, then
+    ``min_factor + (1 - min_factor) * (1 + cos(pi * progress)) / 2`` with progress going from 0 to 1 between
+    ``warmup_steps`` and ``total_steps``, and ``min_factor`` after (nanoGPT's schedule).
+    """
+    total_steps = _checks.positive_int("total_steps", total_steps)
+    warmup_steps = _checks.positive_int("warmup_steps", warmup_steps, minimum=0)
+    if warmup_steps >= total_steps:
+        raise ValueError(f"warmup_steps must be smaller than total_steps, got {warmup_steps} and {total_steps}")
+    min_factor = _checks.positive_float("min_factor", min_factor, allow_zero=True)
+    if min_factor > 1:
+        raise ValueError(f"min_factor must be in [0, 1], got {min_factor}")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        if step >= total_steps:
+            return min_factor
+        progress = (step - warmup_steps) / (total_steps - warmup_steps)
+        return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor

@@ -220,3 +220,327 @@ def bars_mpl(values, labels=None, *, title: str = "", ylim=(0.0, 1.05), ax=None)
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+# --- Curves with a slider (gradient norms against the lag, learning curves) ---------------------------
+# Chapter: vanishing gradients (gradient norms for a slider over the spectral radius).
+
+__all__ += ["curves_slider", "curves_mpl"]
+
+
+def curves_slider(x, steps, names: Sequence[str], step_labels: Sequence[str], *, prefix: str = "",
+                  titles: Sequence[str] | None = None, title: str = "", x_title: str = "", y_title: str = "",
+                  log_y: bool = False, y_range: Sequence[float] | None = None, active: int = 0,
+                  dashes: Sequence[str | None] | None = None):
+    """Line plots whose y-values change with a slider; every slider position is precomputed.
+
+    ``steps[i][j]`` is curve j at slider position i. ``y_range`` is in data units (also for ``log_y``).
+
+    Shapes:
+        x:        (N,)
+        steps:    a list of slider positions, each a list of len(names) curves of shape (N,)
+    """
+    import plotly.graph_objects as go
+
+    xs = to_numpy(x).reshape(-1)
+    if not steps:
+        raise ValueError("steps must contain at least one slider position")
+    data = [[to_numpy(curve).reshape(-1) for curve in step] for step in steps]
+    for i, step in enumerate(data):
+        if len(step) != len(names) or any(curve.shape != xs.shape for curve in step):
+            raise ValueError(f"slider position {i} must have {len(names)} curves of shape {xs.shape}, got "
+                             f"{[curve.shape for curve in step]}")
+    if len(step_labels) != len(data):
+        raise ValueError(f"expected {len(data)} step_labels, got {len(step_labels)}")
+    titles = list(titles) if titles is not None else [title] * len(data)
+    dashes = list(dashes) if dashes is not None else [None] * len(names)
+    fig = go.Figure()
+    for j, name in enumerate(names):
+        fig.add_scatter(x=xs, y=data[active][j], name=name, mode="lines", line={"dash": dashes[j]})
+    layout = {"title": titles[active], "xaxis_title": x_title, "yaxis_title": y_title}
+    if log_y:
+        layout["yaxis_type"] = "log"
+        layout["yaxis_exponentformat"] = "power"  # 10^-12, not plotly's SI prefixes (1p)
+    if y_range is not None:
+        low, high = (float(v) for v in y_range)
+        layout["yaxis_range"] = [np.log10(low), np.log10(high)] if log_y else [low, high]
+    fig.update_layout(**layout)
+    slider_steps = [{"label": str(label), "data": {"y": step}, "layout": {"title.text": titles[i]}}
+                    for i, (label, step) in enumerate(zip(step_labels, data))]
+    return add_slider(fig, slider_steps, prefix=prefix, active=active)
+
+
+def curves_mpl(x, curves: dict[str, Any], *, title: str = "", x_title: str = "", y_title: str = "",
+               log_y: bool = False, y_range: Sequence[float] | None = None, ax=None):
+    """A matplotlib figure of several named curves over the same x; returns the figure.
+
+    Shapes:
+        x:      (N,)
+        curves: {name: (N,)}
+    """
+    import matplotlib.pyplot as plt
+
+    xs = to_numpy(x).reshape(-1)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    else:
+        fig = ax.figure
+    for name, y in curves.items():
+        ax.plot(xs, to_numpy(y).reshape(-1), label=name)
+    if log_y:
+        ax.set_yscale("log")
+    if y_range is not None:
+        ax.set_ylim(*y_range)
+    ax.set_xlabel(x_title)
+    ax.set_ylabel(y_title)
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --- Positional encodings: the waveform explorer and signed heatmaps ------------------------------------
+# Chapter: self-attention and positional encoding.
+
+__all__ += ["positional_waveform_figure", "positional_waveform_mpl", "signed_heatmap"]
+
+_PE_DIMS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+            160, 192, 224, 256, 320, 384, 448, 510, 511)
+
+
+def _pe_dimension(pe: np.ndarray, d_model: int, dim: int, base: float) -> tuple[np.ndarray | None, str]:
+    """One column of a sinusoidal PE table and a legend name saying which wave it is."""
+    if dim >= d_model:
+        return None, f"d_model = {d_model} has no dimension {dim}"
+    i = dim // 2
+    wavelength = 2 * np.pi * base ** (2 * i / d_model)
+    kind = "sin" if dim % 2 == 0 else "cos"
+    return np.round(pe[:, dim], 4), f"d_model = {d_model}, dimension {dim} = {kind} of pair i = {i}, wavelength {wavelength:.4g}"
+
+
+def positional_waveform_figure(d_models: Sequence[int] = (16, 32, 64, 128, 256, 512), dims: Sequence[int] | None = None,
+                               *, n_positions: int = 100, base: float = 10000.0, d_model: int = 64, dim: int = 4):
+    """The value of one dimension of the sinusoidal encoding against the position, with two sliders.
+
+    One slider picks the dimension, the other d_model; every combination is precomputed (one trace per
+    d_model, restyled by the dimension slider), so both sliders work in the static HTML book.
+    The legend names the wave: sine or cosine, its pair index i, and its wavelength in positions.
+    """
+    import plotly.graph_objects as go
+    import torch
+
+    from . import positional
+
+    d_models = [int(d) for d in d_models]
+    dims = [int(j) for j in (dims if dims is not None else [j for j in _PE_DIMS if j < max(d_models)])]
+    if d_model not in d_models or dim not in dims:
+        raise ValueError(f"d_model={d_model} must be one of {d_models} and dim={dim} one of {dims}")
+    positions = np.arange(n_positions)
+    tables = {d: to_numpy(positional.sinusoidal(n_positions, d, base=base, dtype=torch.float64)) for d in d_models}
+    fig = go.Figure()
+    for d in d_models:
+        y, name = _pe_dimension(tables[d], d, dim, base)
+        fig.add_scatter(x=positions, y=y if y is not None else [None] * n_positions, name=name,
+                        mode="lines+markers", marker={"size": 4}, visible=d == d_model, showlegend=True,
+                        hovertemplate="position %{x}<br>value %{y:.3f}<extra></extra>")
+    fig.update_layout(title="One dimension of the sinusoidal positional encoding", xaxis_title="position",
+                      yaxis_title="PE[position, dimension]", yaxis_range=[-1.15, 1.15],
+                      legend={"orientation": "h", "y": -0.25}, height=520, margin={"b": 200})
+    dim_steps = []
+    for j in dims:
+        ys, names = zip(*(_pe_dimension(tables[d], d, j, base) for d in d_models))
+        dim_steps.append({"method": "restyle", "label": str(j),
+                          "args": [{"y": [y if y is not None else [None] * n_positions for y in ys],
+                                    "name": list(names)}]})
+    d_steps = [{"method": "restyle", "label": str(d), "args": [{"visible": [e == d for e in d_models]}]}
+               for d in d_models]
+    fig.update_layout(sliders=[
+        {"active": dims.index(dim), "currentvalue": {"prefix": "dimension: "}, "pad": {"t": 90}, "steps": dim_steps},
+        {"active": d_models.index(d_model), "currentvalue": {"prefix": "d_model: "}, "pad": {"t": 170},
+         "steps": d_steps},
+    ])
+    return fig
+
+
+def positional_waveform_mpl(d_model: int, dim: int, *, n_positions: int = 100, base: float = 10000.0, ax=None):
+    """Matplotlib version of one dimension of the sinusoidal encoding (for the live explorer)."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from . import positional
+
+    pe = to_numpy(positional.sinusoidal(n_positions, d_model, base=base, dtype=torch.float64))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 3))
+    else:
+        fig = ax.figure
+    y, name = _pe_dimension(pe, d_model, dim, base)
+    if y is not None:
+        ax.plot(np.arange(n_positions), y, ".-", markersize=3)
+    ax.set_ylim(-1.15, 1.15)
+    ax.set_xlabel("position")
+    ax.set_ylabel("PE[position, dimension]")
+    ax.set_title(name, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def signed_heatmap(z, *, title: str = "", x_title: str = "", y_title: str = "", x=None, y=None,
+                   colorscale: str = "RdBu", zmax: float | None = None, hover: str = "value"):
+    """A heatmap of a matrix with positive and negative entries, on a diverging colour scale centred on zero.
+
+    Shapes:
+        z: (rows, columns)
+    """
+    import plotly.graph_objects as go
+
+    m = to_numpy(z)
+    if m.ndim != 2:
+        raise ValueError(f"z must be a matrix, got shape {m.shape}")
+    top = float(np.abs(m).max()) if zmax is None else float(zmax)
+    m = m.astype(np.float32)  # single precision is plenty for colours and hover text, and half the page weight
+    fig = go.Figure(go.Heatmap(z=m, x=x, y=y, colorscale=colorscale, zmin=-top, zmax=top,
+                               hovertemplate=f"{y_title or 'row'} %{{y}}<br>{x_title or 'column'} %{{x}}<br>"
+                                             f"{hover} %{{z:.3f}}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, yaxis_autorange="reversed")
+    return fig
+
+
+# --- Images, patches and where a vision transformer looks --------------------------------------------
+# Chapter: vision transformers (10).
+
+__all__ += ["patch_grid_figure", "image_attention_slider", "grid_similarity_figure"]
+
+
+def patch_grid_figure(image, patch_size: int, *, title: str = "", numbers: bool = True):
+    """An image with the borders of its P x P patches drawn on it, each patch labelled with its token index.
+
+    ``image`` is (H, W, 3) RGB (uint8 or floats in [0, 1]) or (H, W) grey. Patches are numbered row by
+    row, the order in which a vision transformer reads them.
+
+    Shapes:
+        image: (H, W, 3) or (H, W), with H and W multiples of patch_size
+    """
+    import plotly.graph_objects as go
+
+    img = to_numpy(image)
+    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[-1] != 3):
+        raise ValueError(f"image must be (H, W, 3) RGB or (H, W) grey, got shape {img.shape}")
+    H, W = img.shape[:2]
+    if H % patch_size or W % patch_size:
+        raise ValueError(f"the image size {H} x {W} is not divisible by patch_size={patch_size}")
+    if img.ndim == 2:
+        trace = go.Heatmap(z=img, colorscale="Greys", showscale=False, hoverinfo="skip")
+    else:
+        rgb = img * 255 if img.max() <= 1.0 else img
+        trace = go.Image(z=rgb.clip(0, 255).astype(np.uint8), hoverinfo="skip")
+    fig = go.Figure(trace)
+    line = {"color": "white", "width": 1}
+    for r in range(0, H + 1, patch_size):
+        fig.add_shape(type="line", x0=-0.5, x1=W - 0.5, y0=r - 0.5, y1=r - 0.5, line=line)
+    for c in range(0, W + 1, patch_size):
+        fig.add_shape(type="line", x0=c - 0.5, x1=c - 0.5, y0=-0.5, y1=H - 0.5, line=line)
+    if numbers:
+        gw = W // patch_size
+        centres = [(r, c) for r in range(H // patch_size) for c in range(gw)]
+        fig.add_scatter(x=[c * patch_size + (patch_size - 1) / 2 for _, c in centres],
+                        y=[r * patch_size + (patch_size - 1) / 2 for r, _ in centres],
+                        text=[str(r * gw + c) for r, c in centres], mode="text",
+                        textfont={"color": "white", "size": 9}, hovertemplate="token %{text}<extra></extra>",
+                        showlegend=False)
+    fig.update_layout(title=title, width=min(700, 3 * W + 120), height=min(700, 3 * H + 120),
+                      xaxis={"visible": False, "range": [-0.5, W - 0.5]},
+                      yaxis={"visible": False, "autorange": "reversed", "scaleanchor": "x"},
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def image_attention_slider(images, maps: dict[str, Any], *, step_labels: Sequence[str] | None = None,
+                           prefix: str = "", titles: Sequence[str] | None = None, outline: float = 0.3):
+    """Grey images next to attention maps over their patches, one panel per map, with a slider over the images.
+
+    Each map is a grid of patch weights (Hg, Wg) for a grid of P x P patches, P = H / Hg, drawn as a heatmap
+    at the patches' places, with the outline of the image (the contour at level ``outline``) on top. All
+    panels and all slider positions share one colour scale, from 0 to the largest weight of any map, so
+    that panels and images can be compared.
+
+    Shapes:
+        images: (n, H, W) or (n, 1, H, W)
+        maps:   {name: (n, Hg, Wg)}, with H and W multiples of Hg and Wg
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    imgs = to_numpy(images)
+    if imgs.ndim == 4 and imgs.shape[1] == 1:
+        imgs = imgs[:, 0]
+    if imgs.ndim != 3:
+        raise ValueError(f"images must be (n, H, W) or (n, 1, H, W) grey images, got shape {to_numpy(images).shape}")
+    n, H, W = imgs.shape
+    grids = {name: to_numpy(m) for name, m in maps.items()}
+    for name, m in grids.items():
+        if m.ndim != 3 or m.shape[0] != n or H % m.shape[1] or W % m.shape[2]:
+            raise ValueError(f"maps[{name!r}] must be (n={n}, Hg, Wg) with Hg dividing {H} and Wg dividing {W}, "
+                             f"got shape {m.shape}")
+    step_labels = [str(i) for i in range(n)] if step_labels is None else [str(s) for s in step_labels]
+    if len(step_labels) != n:
+        raise ValueError(f"expected {n} step_labels, got {len(step_labels)}")
+    titles = list(titles) if titles is not None else [f"{prefix}{s}" for s in step_labels]
+    top = max([float(m.max()) for m in grids.values()] + [1e-12])
+
+    def upsample(m):  # (Hg, Wg) -> (H, W): each patch's weight on each of its pixels
+        return np.kron(m, np.ones((H // m.shape[0], W // m.shape[1])))
+
+    names = list(grids)
+    fig = make_subplots(rows=1, cols=1 + len(names), subplot_titles=["image"] + names, horizontal_spacing=0.03)
+    fig.add_trace(go.Heatmap(z=imgs[0], colorscale="Greys", showscale=False,
+                             hovertemplate="pixel value %{z:.2f}<extra></extra>"), row=1, col=1)
+    outline_style = {"coloring": "none", "start": outline, "end": outline, "size": 1.0}
+    for k, name in enumerate(names, start=2):
+        fig.add_trace(go.Heatmap(z=upsample(grids[name][0]), colorscale="Inferno", zmin=0.0, zmax=top,
+                                 showscale=k == 2, colorbar={"title": "weight", "x": 1.02},
+                                 hovertemplate=f"{name}<br>weight %{{z:.3f}}<extra></extra>"), row=1, col=k)
+        fig.add_trace(go.Contour(z=imgs[0], contours=outline_style, line={"color": "#4fc3f7", "width": 2},
+                                 showscale=False, hoverinfo="skip", line_smoothing=1.0), row=1, col=k)
+    for k in range(1, len(names) + 2):
+        fig.update_xaxes(visible=False, row=1, col=k)
+        fig.update_yaxes(visible=False, autorange="reversed", scaleanchor=f"x{'' if k == 1 else k}", row=1, col=k)
+    fig.update_layout(title=titles[0], height=330, margin={"l": 10, "r": 10, "t": 80, "b": 10})
+    steps = []
+    for i in range(n):
+        z = [imgs[i]]
+        for name in names:
+            z += [upsample(grids[name][i]), imgs[i]]
+        steps.append({"label": step_labels[i], "data": {"z": z}, "layout": {"title.text": titles[i]}})
+    return add_slider(fig, steps, prefix=prefix)
+
+
+def grid_similarity_figure(similarity, grid: Sequence[int], *, title: str = "", zmin: float = -1.0,
+                           zmax: float = 1.0, gap: int = 1):
+    """Tiles of a grid's self-similarity: tile (r, c) shows how similar cell (r, c) is to every cell of the grid.
+
+    For N = Hg * Wg cells (patch positions) and an N x N similarity matrix (e.g. the cosine similarity of
+    their position embeddings), the figure is an Hg x Wg arrangement of Hg x Wg maps, the layout of
+    Figure 7 (centre) of Dosovitskiy et al. (2021).
+
+    Shapes:
+        similarity: (N, N) with N = Hg * Wg
+    """
+    import plotly.graph_objects as go
+
+    s = to_numpy(similarity)
+    gh, gw = (int(v) for v in grid)
+    N = gh * gw
+    if s.shape != (N, N):
+        raise ValueError(f"similarity must be (N, N) with N = {gh} * {gw} = {N}, got shape {s.shape}")
+    th, tw = gh + gap, gw + gap
+    canvas = np.full((gh * th - gap, gw * tw - gap), np.nan)
+    for i in range(N):
+        r, c = divmod(i, gw)
+        canvas[r * th:r * th + gh, c * tw:c * tw + gw] = s[i].reshape(gh, gw)
+    fig = go.Figure(go.Heatmap(z=canvas, colorscale="Viridis", zmin=zmin, zmax=zmax, hoverongaps=False,
+                               colorbar={"title": "similarity"},
+                               hovertemplate="similarity %{z:.2f}<extra></extra>"))
+    fig.update_layout(title=title, width=620, height=520, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed", "scaleanchor": "x"})
+    return fig

@@ -92,3 +92,146 @@ def heatmap_explorer(weights_list, x_labels_list=None, y_labels_list=None, step_
         return viz.heatmap_mpl(mats[i], x, y, title=names[i])
 
     return explorer(slider, draw, title="Attention heatmaps")
+
+
+# --- Several sliders, and the positional-encoding explorer ---------------------------------------------
+# Chapter: self-attention and positional encoding.
+
+__all__ += ["multi_explorer", "positional_encoding_explorer"]
+
+
+def multi_explorer(sliders: dict, draw: Callable[..., object], *, title: str = ""):
+    """Several sliders and a picture redrawn with ``draw(**values)`` whenever one of them moves.
+
+    ``sliders`` maps each keyword of ``draw`` to an ipywidgets control; ``draw`` returns a matplotlib figure.
+    """
+    import io
+
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    enable_colab_widgets()
+    image = widgets.Image(format="png")
+
+    def redraw(_change=None) -> None:
+        fig = draw(**{name: control.value for name, control in sliders.items()})
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=80)
+        plt.close(fig)
+        image.value = buffer.getvalue()
+
+    for control in sliders.values():
+        control.observe(redraw, names="value")
+    redraw()
+    parts = [widgets.HTML(f"<b>{title}</b>")] if title else []
+    return widgets.VBox(parts + list(sliders.values()) + [image, widgets.HTML(CAPTION)])
+
+
+def positional_encoding_explorer(*, n_positions: int = 100, d_model: int = 64, dim: int = 4,
+                                 d_models: Sequence[int] = (16, 32, 64, 128, 256, 512)):
+    """One dimension of the sinusoidal positional encoding, with sliders for the dimension and d_model."""
+    import ipywidgets as widgets
+
+    d_slider = widgets.SelectionSlider(options=[int(d) for d in d_models], value=d_model, description="d_model")
+    dim_slider = widgets.IntSlider(value=dim, min=0, max=max(d_models) - 1, description="dimension")
+
+    def draw(dim: int, d_model: int):
+        return viz.positional_waveform_mpl(d_model, dim, n_positions=n_positions)
+
+    return multi_explorer({"dim": dim_slider, "d_model": d_slider}, draw,
+                          title="Sinusoidal positional encoding: one dimension")
+
+
+# --- Translate what the reader types, and show where the model looked ----------------------------------
+# Chapter: sequence-to-sequence and Bahdanau attention.
+
+__all__ += ["translation_explorer"]
+
+
+def translation_explorer(translate: Callable[[str], tuple], value: str = "", *, description: str = "input",
+                         x_title: str = "source", y_title: str = "output"):
+    """A text box: type a sentence, press Enter, and see the output and its attention heatmap.
+
+    ``translate(text)`` returns (source tokens, output tokens, weights of shape (steps, len(source))): the
+    output tokens label the rows (one per decoding step; a last step that wrote the end token gets the
+    label "<eos>") and the source tokens the columns.
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    box = widgets.Text(value=value, description=description, continuous_update=False,
+                       layout=widgets.Layout(width="32em"))
+
+    def draw(text: str):
+        source, output, weights = translate(text)
+        if weights is None or len(source) == 0 or len(output) == 0:
+            fig, ax = plt.subplots(figsize=(4, 1.2))
+            ax.axis("off")
+            ax.text(0.5, 0.5, "(empty input)" if len(source) == 0 else "(empty output)", ha="center",
+                    va="center")
+            return fig
+        rows = list(output) + ["<eos>"] * (weights.shape[0] - len(output))
+        fig = viz.heatmap_mpl(weights, source, rows, title=" ".join(output))
+        ax = fig.axes[0]
+        ax.set_xlabel(x_title)
+        ax.set_ylabel(y_title)
+        fig.tight_layout()
+        return fig
+
+    return explorer(box, draw, title="Type a sentence and press Enter")
+
+
+# --- A loss curve redrawn while a model trains ------------------------------------------------------
+# Chapter: the lab (a character-level GPT).
+
+__all__ += ["LiveCurve"]
+
+
+class LiveCurve:
+    """A matplotlib plot of named curves inside an ``ipywidgets.Image``, redrawn by :meth:`update`.
+
+    Display ``curve.widget`` in a cell before training, call ``curve.update({name: (xs, ys)})`` now and
+    then during training; the widget's saved state keeps the last picture, so the static HTML book shows
+    the finished curve.
+    """
+
+    def __init__(self, *, title: str = "", x_title: str = "step", y_title: str = "loss", log_y: bool = False,
+                 y_range=None):
+        import ipywidgets as widgets
+
+        enable_colab_widgets()
+        self.title, self.x_title, self.y_title, self.log_y, self.y_range = title, x_title, y_title, log_y, y_range
+        self.image = widgets.Image(format="png")
+        self.widget = widgets.VBox([self.image, widgets.HTML(
+            "<small>Redrawn while the model trains; the interactive figure below the training cell shows "
+            "the same curves.</small>")])
+
+    def update(self, curves: dict) -> None:
+        """Redraw with ``curves = {name: (xs, ys)}``."""
+        import io
+
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 3.2))
+        for name, (xs, ys) in curves.items():
+            ax.plot(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), label=name,
+                    marker="o" if len(xs) < 30 else None, markersize=3)
+        if self.log_y:
+            ax.set_yscale("log")
+        if self.y_range is not None:
+            ax.set_ylim(*self.y_range)
+        ax.set_xlabel(self.x_title)
+        ax.set_ylabel(self.y_title)
+        ax.set_title(self.title)
+        ax.legend(loc="best", fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=80)
+        plt.close(fig)
+        self.image.value = buffer.getvalue()
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

@@ -116,6 +116,48 @@ def render_svg(book: list[Chapter], href) -> str:
     return "\n".join(out)
 
 
+EXERCISE = re.compile(r"^```\{exercise\}\s*(.*?)\n(?::label:\s*(\S+))?", re.M)
+CHECK_CALL = re.compile(r"\bex\.(check_\w+)\(")
+CHECKER_MODULE = re.compile(r"from attnbook\.exercises import (\w+) as ex")
+
+
+@dataclass
+class Exercise:
+    chapter: Chapter
+    title: str
+    label: str
+    checker: str  # "module.function" of attnbook.exercises, or "" when no check follows
+
+
+def _cells(path: Path) -> list[tuple[str, str, list[str]]]:
+    nb = json.loads(path.read_text())
+    return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"],
+             c.get("metadata", {}).get("tags", [])) for c in nb["cells"]]
+
+
+def exercises(srcdir: Path) -> list[Exercise]:
+    """Every exercise of the numbered chapters, with the checker its check cell calls."""
+    found = []
+    for chapter in chapters(srcdir):
+        path = srcdir / f"{chapter.docname}.ipynb"
+        if not path.exists():
+            continue
+        cells = _cells(path)
+        module = next((m.group(1) for kind, src, _ in cells if kind == "code" for m in [CHECKER_MODULE.search(src)] if m), "")
+        pending: list[Exercise] = []
+        for kind, src, tags in cells:
+            if kind == "markdown":
+                for match in EXERCISE.finditer(src):
+                    pending.append(Exercise(chapter, match.group(1).strip(), match.group(2) or "", ""))
+            elif pending and "solution" not in tags:
+                call = CHECK_CALL.search(src)
+                if call and module:
+                    pending[0].checker = f"{module}.{call.group(1)}"
+                    found.append(pending.pop(0))
+        found.extend(pending)
+    return found
+
+
 def execution_times(report: Path) -> dict[str, dict]:
     """The execution-time report: chapter file stem -> {"seconds": ..., ...}."""
     return json.loads(report.read_text())

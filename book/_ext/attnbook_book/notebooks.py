@@ -171,6 +171,10 @@ def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False
             continue
         (src / "chapters").mkdir(exist_ok=True)
         shutil.copy2(executed_nb, src / "chapters" / name)
+    report = executed.parent / "reports" / "execution_times.json"
+    if report.exists():  # for the table of execution times in the introduction
+        (src / "book" / "_data").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(report, src / "book" / "_data" / "execution_times.json")
     if missing and not partial:
         raise FileNotFoundError("these chapters have not been executed (run `make execute`): " + ", ".join(missing))
     if missing:

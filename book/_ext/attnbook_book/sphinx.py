@@ -11,7 +11,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from docutils import nodes
+from sphinx import addnodes
 from sphinx.errors import ConfigError
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+from . import chapter_map
+
+logger = logging.getLogger(__name__)
+TIMES_REPORT = "book/_data/execution_times.json"  # where `stage` puts the report inside the sources
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -97,9 +106,118 @@ def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts[:] = unique
 
 
+class ChapterMapDirective(SphinxDirective):
+    """``{chapter-map}``: the chapters in rows by part, with an arrow from each chapter to those built on it."""
+
+    def run(self):
+        book = chapter_map.chapters(Path(self.env.srcdir))
+        labels = {c.label for c in book}
+        for chapter in book:
+            for label in chapter.builds_on:
+                if label not in labels:
+                    logger.warning(f"{chapter.docname}: its 'Builds on' line names {label!r}, which is no chapter",
+                                   location=(self.env.docname, self.lineno))
+        builder = self.env.app.builder
+
+        def href(chapter):
+            return builder.get_relative_uri(self.env.docname, chapter.docname)
+
+        svg = chapter_map.render_svg(book, href)
+        return [nodes.raw("", f'<div class="attnbook-chapter-map">{svg}</div>', format="html")]
+
+
+class ChapterTimesDirective(SphinxDirective):
+    """``{chapter-times}``: a table of each chapter's execution time, read from this build's report."""
+
+    def run(self):
+        report = Path(self.env.srcdir) / TIMES_REPORT
+        if not report.exists():
+            logger.warning(f"no execution-time report at {report}: execute the chapters first",
+                           location=(self.env.docname, self.lineno))
+            return []
+        times = chapter_map.execution_times(report)
+        rows, total = [], 0.0
+        for chapter in chapter_map.chapters(Path(self.env.srcdir)):
+            name = Path(chapter.docname).name
+            if name not in times:
+                logger.warning(f"{name} is missing from the execution-time report", location=(self.env.docname, self.lineno))
+                continue
+            seconds = times[name]["seconds"]
+            total += seconds
+            rows.append([_xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
+                         f"{seconds:.0f} s", times[name]["cells"]])
+        rows.append(["All chapters", f"{total / 60:.1f} min", ""])
+        return [_table((60, 20, 20), ["Chapter", "CPU time to run", "Code cells"], rows)]
+
+
+def _table(widths, header, rows) -> nodes.table:
+    """A docutils table; cells are strings or nodes."""
+    table = nodes.table()
+    group = nodes.tgroup(cols=len(widths))
+    table += group
+    for width in widths:
+        group += nodes.colspec(colwidth=width)
+    head, body = nodes.thead(), nodes.tbody()
+    group += head
+    group += body
+
+    def row(cells):
+        r = nodes.row()
+        for cell in cells:
+            entry = nodes.entry()
+            entry += cell if isinstance(cell, nodes.Node) else nodes.paragraph(text=str(cell))
+            r += entry
+        return r
+
+    head += row(header)
+    for cells in rows:
+        body += row(cells)
+    return table
+
+
+def _xref(reftype: str, target: str, text: str) -> nodes.paragraph:
+    ref = addnodes.pending_xref("", refdomain="std", reftype=reftype, reftarget=target, refexplicit=True,
+                                refwarn=True)
+    ref += nodes.inline(text=text)
+    para = nodes.paragraph()
+    para += ref
+    return para
+
+
+class ExerciseTableDirective(SphinxDirective):
+    """``{exercise-table}``: every exercise, what its checker tests, and its chapter's CPU time."""
+
+    def run(self):
+        import importlib
+
+        report = Path(self.env.srcdir) / TIMES_REPORT
+        times = chapter_map.execution_times(report) if report.exists() else {}
+        rows = []
+        for exercise in chapter_map.exercises(Path(self.env.srcdir)):
+            chapter = exercise.chapter
+            what = "(no automatic check)"
+            if exercise.checker:
+                module, name = exercise.checker.rsplit(".", 1)
+                doc = getattr(importlib.import_module(f"attnbook.exercises.{module}"), name).__doc__ or ""
+                what = " ".join(doc.strip().split("\n\n")[0].split())
+            seconds = times.get(Path(chapter.docname).name, {}).get("seconds")
+            rows.append([
+                _xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
+                _xref("ref", exercise.label, exercise.title) if exercise.label else exercise.title,
+                nodes.paragraph(text=what),
+                f"{seconds:.0f} s" if seconds is not None else "not measured",
+            ])
+        if not rows:
+            logger.warning("no exercises found in the chapters", location=(self.env.docname, self.lineno))
+        return [_table((22, 22, 44, 12), ["Chapter", "Exercise", "What the checker tests", "Chapter CPU time"], rows)]
+
+
 def setup(app):
     app.add_config_value("attnbook_node_modules", str(REPO / "node_modules"), "html")
     app.connect("builder-inited", check_assets)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("build-finished", copy_assets)
+    app.add_directive("chapter-map", ChapterMapDirective)
+    app.add_directive("chapter-times", ChapterTimesDirective)
+    app.add_directive("exercise-table", ExerciseTableDirective)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}

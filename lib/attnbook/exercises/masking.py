@@ -31,7 +31,7 @@ def check_causal_mask(fn) -> Result:
     mistakes = [
         Mistake("the mask is inverted: in this book (and in F.scaled_dot_product_attention) True means "
                 "'may attend'. torch.triu(..., diagonal=1) marks the *forbidden* keys, the convention of "
-                "nn.MultiheadAttention and of the lecture notes; use torch.tril instead.",
+                "nn.MultiheadAttention's attn_mask; use torch.tril instead.",
                 lambda T: tri(T, 1, upper=True)),
         Mistake("the diagonal is missing: a token may attend to itself (key j = i is allowed).",
                 lambda T: tri(T, -1)),

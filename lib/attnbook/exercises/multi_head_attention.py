@@ -76,7 +76,7 @@ def check_multi_head_attention(fn) -> Result:
                 "(B, T, H, Dh) (.transpose(1, 2)) before the reshape to (B, T, D).",
                 lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, merge="wrong")),
         Mistake("the softmax is over the queries; it must be over the keys, the last axis (dim=-1). "
-                "(The lecture notes' softmax(E, dim=1) is right for an N x N matrix, not for H x N x N.)",
+                "(softmax(E, dim=1) is right for an N x N matrix, not for H x N x N.)",
                 lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, dim=-2)),
         Mistake("the output projection W_o is missing: multiply the merged heads by W_o.",
                 lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, use_W_o=False)),

@@ -1,0 +1,515 @@
+"""Transformer models built from the blocks: a frozen configuration, Encoder, Decoder, EncoderDecoder, GPT.
+
+Everything a model is made of is named in :class:`TransformerConfig`, in the style of nanoGPT: widths,
+depths, the norm and where it sits (``norm_position``), the MLP, the positional encoding, the
+initialisation. New kinds (RMSNorm, SwiGLU, RoPE...) are added by registering them, not by new
+signatures: see ``blocks.NORMS``, ``blocks.MLPS`` and ``POSITIONALS`` below.
+
+Chapter: the transformer block (08: encoder-decoder, decoder-only language model, parameter counts);
+the lab (12: the character-level GPT, generation); modern tweaks (11).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _checks, positional
+from .attention import GroupedQueryAttention, KVCache
+from .blocks import MLPS, NORM_POSITIONS, NORMS, DecoderBlock, EncoderBlock, make_norm
+
+__all__ = [
+    "TransformerConfig",
+    "POSITIONALS",
+    "INITS",
+    "Encoder",
+    "Decoder",
+    "EncoderDecoder",
+    "GPT",
+    "count_parameters",
+    "lm_loss",
+    "lm_loss_sum",
+    "evaluate_lm",
+]
+
+
+class LearnedPositions(nn.Module):
+    """A learned vector per position, added to the token embeddings (GPT-2, the lab).
+
+    Shapes:
+        return of forward(T): (T, D)
+    """
+
+    def __init__(self, block_size: int, d_model: int):
+        super().__init__()
+        self.table = positional.LearnedPositionalEmbedding(d_model, block_size)  # its weight: (block_size, D)
+
+    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
+        return self.table.encoding(T, offset)  # (T, D)
+
+
+class SinusoidalPositions(nn.Module):
+    r"""The fixed encoding of the 2017 paper, ``positional.sinusoidal``: PE[p, 2i] = sin(p / 10000^{2i/D}), PE[p, 2i+1] = cos(same).
+
+    Kept as a non-persistent buffer: not a parameter, not in the state dict.
+
+    Shapes:
+        return of forward(T): (T, D)
+    """
+
+    def __init__(self, block_size: int, d_model: int):
+        super().__init__()
+        self.register_buffer("table", positional.sinusoidal(block_size, d_model), persistent=False)  # (T, D)
+
+    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
+        return self.table[offset:offset + T]  # (T, D)
+
+
+class NoPositions(nn.Module):
+    """No positional information at all (for experiments; a causal mask still leaks some)."""
+
+    def __init__(self, block_size: int, d_model: int):
+        super().__init__()
+        self.d_model = d_model
+
+    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
+        return torch.zeros(T, self.d_model)  # (T, D), broadcast-added
+
+
+# name -> factory(block_size, d_model) returning a module whose forward(T) gives (T, D) to add to the embeddings
+POSITIONALS: dict[str, Callable[[int, int], nn.Module]] = {
+    "learned": LearnedPositions,
+    "sinusoidal": SinusoidalPositions,
+    "none": NoPositions,
+    "rope": NoPositions,  # nothing is added: the attention layers rotate queries and keys (modern tweaks)
+}
+
+
+def _init_gpt2(model: nn.Module, n_layers: int) -> None:
+    """GPT-2's initialisation: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2L)."""
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("W_o.weight", "ffn.W_2.weight")) else 0.02
+            nn.init.normal_(p, mean=0.0, std=std)
+        elif name.endswith("bias") and "norm" not in name:
+            nn.init.zeros_(p)
+
+
+def _init_xavier(model: nn.Module, n_layers: int) -> None:
+    """Glorot-uniform weight matrices (the PyTorch and Annotated Transformer choice for the 2017 model)."""
+    for p in model.parameters():
+        if p.dim() >= 2:
+            nn.init.xavier_uniform_(p)
+
+
+# name -> function(model, n_layers) that initialises the parameters in place
+INITS: dict[str, Callable[[nn.Module, int], None]] = {
+    "gpt2": _init_gpt2,
+    "xavier": _init_xavier,
+    "torch": lambda model, n_layers: None,  # keep PyTorch's defaults
+}
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Everything that defines a transformer model; frozen, so a config can be shared and saved safely.
+
+    Change a field with ``dataclasses.replace(config, n_layers=6)`` (or ``config.replace(...)``).
+    ``d_ff`` defaults to 4 * d_model. For an encoder-decoder, ``src_vocab_size`` defaults to ``vocab_size``
+    and ``n_encoder_layers`` to ``n_layers``.
+
+    Chapter: the transformer block; the lab; modern tweaks.
+    """
+
+    vocab_size: int
+    block_size: int = 256  # the longest context the model accepts (positions 0 .. block_size - 1)
+    n_layers: int = 4
+    n_heads: int = 4
+    d_model: int = 128
+    d_ff: int | None = None
+    dropout: float = 0.0
+    bias: bool = True
+    norm: str = "layernorm"  # a key of blocks.NORMS
+    norm_position: str = "pre"  # "post" (2017) or "pre" (GPT-2 and later)
+    mlp: str = "gelu"  # a key of blocks.MLPS
+    positional: str = "learned"  # a key of POSITIONALS
+    tie_weights: bool = True  # the output projection shares the token embedding matrix
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model), as the 2017 paper does
+    init: str = "gpt2"  # a key of INITS
+    eps: float = 1e-5
+    src_vocab_size: int | None = None
+    n_encoder_layers: int | None = None
+    n_kv_heads: int | None = None  # key/value heads of grouped-query attention (None: multi-head attention)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
+            _checks.positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}")
+        object.__setattr__(self, "d_ff", 4 * self.d_model if self.d_ff is None else _checks.positive_int("d_ff", self.d_ff))
+        if self.n_kv_heads is not None and self.n_heads % _checks.positive_int("n_kv_heads", self.n_kv_heads):
+            raise ValueError(f"n_heads must be divisible by n_kv_heads, got n_heads={self.n_heads} and "
+                             f"n_kv_heads={self.n_kv_heads}")
+        for name in ("src_vocab_size", "n_encoder_layers"):
+            if getattr(self, name) is not None:
+                _checks.positive_int(name, getattr(self, name))
+        p = _checks.positive_float("dropout", self.dropout, allow_zero=True)
+        if p >= 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        for name, options in (("norm", NORMS), ("norm_position", NORM_POSITIONS), ("mlp", MLPS),
+                              ("positional", POSITIONALS), ("init", INITS)):
+            if getattr(self, name) not in options:
+                raise ValueError(f"{name} must be one of {', '.join(repr(o) for o in options)}, got {getattr(self, name)!r}")
+        _checks.positive_float("eps", self.eps)
+
+    def replace(self, **changes) -> "TransformerConfig":
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def block_kwargs(self) -> dict:
+        """The keyword arguments of ``EncoderBlock`` / ``DecoderBlock`` that this config sets."""
+        return dict(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout, mlp=self.mlp,
+                    norm=self.norm, norm_position=self.norm_position, bias=self.bias, eps=self.eps,
+                    n_kv_heads=self.n_kv_heads, rope=self.positional == "rope")
+
+
+def _check_config(config) -> TransformerConfig:
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"config must be an attnbook.models.TransformerConfig, got {type(config).__name__}")
+    return config
+
+
+def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor:
+    """Token ids (B, T): integers in [0, vocab_size), 1 <= T <= block_size."""
+    _checks.tensor(name, ids, ndim=2)
+    if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    B, T = ids.shape
+    if T == 0 or B == 0:
+        raise ValueError(f"{name} is empty: shape {_checks.shape_str(ids.shape)}")
+    if T > block_size:
+        raise ValueError(f"{name} has length T={T}, longer than the model's block_size={block_size}; "
+                         f"keep the last {block_size} tokens (generate() crops the context for you)")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name} has token ids outside [0, {vocab_size}): min {low}, max {high}")
+    return ids
+
+
+class _Embed(nn.Module):
+    """Token embedding plus positional encoding, then dropout."""
+
+    def __init__(self, vocab_size: int, config: TransformerConfig):
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, config.d_model)
+        self.position = POSITIONALS[config.positional](config.block_size, config.d_model)
+        self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        x = self.token(ids) * self.scale  # (B, T, D)
+        pos = self.position(ids.shape[1], offset).to(x.device, x.dtype)  # (T, D)
+        return self.dropout(x + pos)  # (B, T, D)
+
+
+class Encoder(nn.Module):
+    """Token embedding + positions, a stack of :class:`~attnbook.blocks.EncoderBlock`, a final norm if pre-norm.
+
+    Shapes:
+        src:      (B, S) token ids
+        src_mask: boolean, True = may attend; (B, 1, S) from ``attention.padding_mask(lengths)``
+        return:   (B, S, D)
+
+    Chapter: the transformer block.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = _check_config(config)
+        self.vocab_size = config.src_vocab_size or config.vocab_size
+        self.embed = _Embed(self.vocab_size, config)
+        n = config.n_encoder_layers or config.n_layers
+        self.blocks = nn.ModuleList(EncoderBlock(**config.block_kwargs()) for _ in range(n))
+        self.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
+            if config.norm_position == "pre" else nn.Identity()
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        _check_ids("src", src, self.vocab_size, self.config.block_size)
+        x = self.embed(src)  # (B, S, D)
+        for block in self.blocks:
+            x = block(x, src_mask)  # (B, S, D)
+        return self.norm_f(x)  # (B, S, D)
+
+
+class Decoder(nn.Module):
+    """Token embedding + positions, a stack of :class:`~attnbook.blocks.DecoderBlock`, a final norm, the output layer.
+
+    Shapes:
+        tgt:         (B, T) token ids (the target shifted right: it starts with a begin token)
+        memory:      (B, S, D), the encoder's output
+        memory_mask: boolean, True = may attend, (B, 1, S)
+        return:      logits (B, T, V)
+
+    Chapter: the transformer block.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = _check_config(config)
+        self.embed = _Embed(config.vocab_size, config)
+        self.blocks = nn.ModuleList(DecoderBlock(**config.block_kwargs()) for _ in range(config.n_layers))
+        self.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
+            if config.norm_position == "pre" else nn.Identity()
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.embed.token.weight
+
+    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
+                *, return_weights: bool = False):
+        _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+        x = self.embed(tgt)  # (B, T, D)
+        cross = []
+        for block in self.blocks:
+            if return_weights:
+                x, (_, w) = block(x, memory, memory_mask=memory_mask, return_weights=True)
+                cross.append(w)  # (B, H, T, S)
+            else:
+                x = block(x, memory, memory_mask=memory_mask)  # (B, T, D)
+        logits = self.lm_head(self.norm_f(x))  # (B, T, V)
+        return (logits, cross) if return_weights else logits
+
+
+class EncoderDecoder(nn.Module):
+    """The 2017 transformer: an :class:`Encoder` reads the source, a :class:`Decoder` writes the target.
+
+    Shapes:
+        src:      (B, S) source ids
+        tgt:      (B, T) target ids, shifted right (teacher forcing)
+        src_mask: boolean, True = may attend, (B, 1, S) (padding)
+        return:   logits (B, T, V)
+
+    Chapter: the transformer block.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = _check_config(config)
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        INITS[config.init](self, config.n_layers)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.decoder(tgt, self.encoder(src, src_mask), src_mask)  # (B, T, V)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, *, bos: int, eos: int, max_len: int,
+                      src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Generate targets one token at a time, each time feeding back the most likely token.
+
+        Returns (B, L) ids without the begin token, L <= max_len; after a sequence's end token, the rest of
+        its row is filled with ``eos``.
+        """
+        _checks.positive_int("max_len", max_len)
+        was_training = self.training
+        self.eval()
+        memory = self.encoder(src, src_mask)  # (B, S, D)
+        ys = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)  # (B, 1)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        for _ in range(min(max_len, self.config.block_size)):
+            logits = self.decoder(ys, memory, src_mask)[:, -1]  # (B, V)
+            nxt = logits.argmax(dim=-1).masked_fill(done, eos)  # (B,)
+            ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
+            done |= nxt == eos
+            if bool(done.all()):
+                break
+        self.train(was_training)
+        return ys[:, 1:]
+
+
+class GPT(nn.Module):
+    r"""A decoder-only transformer language model: predicts each next token from the ones before it.
+
+    Token embedding + positions, ``n_layers`` causal :class:`~attnbook.blocks.EncoderBlock` (an encoder
+    block with a causal mask is exactly GPT's block), a final norm (pre-norm), and an output layer that
+    shares the embedding matrix when ``tie_weights``.
+
+    Shapes:
+        idx:    (B, T) token ids, T <= block_size
+        return: logits (B, T, V); with ``return_weights=True`` also a list of n_layers weights (B, H, T, T)
+
+    Chapter: the transformer block (decoder-only language model); the lab (the character-level GPT).
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = _check_config(config)
+        self.embed = _Embed(config.vocab_size, config)
+        self.blocks = nn.ModuleList(EncoderBlock(**config.block_kwargs()) for _ in range(config.n_layers))
+        self.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
+            if config.norm_position == "pre" else nn.Identity()
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.embed.token.weight
+        INITS[config.init](self, config.n_layers)
+
+    def forward(self, idx: torch.Tensor, *, return_weights: bool = False, caches: list | None = None):
+        """Logits for ``idx``; with ``caches`` (one :class:`~attnbook.attention.KVCache` per layer, see
+        :meth:`new_caches`) ``idx`` holds only the new tokens, which follow the ones already cached."""
+        _check_ids("idx", idx, self.config.vocab_size, self.config.block_size)
+        offset = 0
+        if caches is not None:
+            if not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks):
+                raise ValueError(f"caches must be a list of {len(self.blocks)} KVCache (one per layer), "
+                                 f"got {type(caches).__name__} of length {len(caches) if hasattr(caches, '__len__') else '?'}")
+            offset = caches[0].length
+            if offset + idx.shape[1] > self.config.block_size:
+                raise ValueError(f"the cache holds {offset} positions and idx adds {idx.shape[1]}: more than "
+                                 f"block_size={self.config.block_size}")
+        x = self.embed(idx, offset)  # (B, T, D)
+        weights = []
+        for i, block in enumerate(self.blocks):
+            if return_weights:
+                x, w = block(x, is_causal=True, return_weights=True,
+                             cache=None if caches is None else caches[i])
+                weights.append(w)  # (B, H, T, T)
+            else:
+                x = block(x, is_causal=True, cache=None if caches is None else caches[i])  # (B, T, D)
+        logits = self.lm_head(self.norm_f(x))  # (B, T, V)
+        return (logits, weights) if return_weights else logits
+
+    def new_caches(self) -> list:
+        """Empty KV caches, one per layer, for :meth:`forward` and ``generate(use_cache=True)``."""
+        return [KVCache() for _ in self.blocks]
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of predicting ``targets`` (B, T) (the inputs shifted by one) from ``idx`` (B, T)."""
+        return lm_loss(self(idx), targets)
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 use_cache: bool = False) -> torch.Tensor:
+        """Append ``max_new_tokens`` sampled tokens to ``idx`` (B, T); returns (B, T + max_new_tokens).
+
+        Each step sees at most the last ``block_size`` tokens (longer contexts are cropped, not an error).
+        ``temperature=0`` picks the most likely token (greedy); ``top_k`` samples among the k most likely.
+        ``use_cache=True`` keeps each layer's keys and values (a KV cache, modern tweaks) so each step
+        computes only the newest position; once the context is full it falls back to recomputing the
+        cropped context, so the tokens are the same as without the cache. It needs attention layers that
+        take a cache (``n_kv_heads`` set or ``positional="rope"``).
+        """
+        if isinstance(idx, torch.Tensor) and idx.dim() == 1:
+            idx = idx.unsqueeze(0)  # (1, T)
+        _checks.tensor("idx", idx, ndim=2)
+        _check_ids("idx", idx[:, -self.config.block_size:], self.config.vocab_size, self.config.block_size)
+        _checks.positive_int("max_new_tokens", max_new_tokens, minimum=0)
+        temperature = _checks.positive_float("temperature", temperature, allow_zero=True)
+        if top_k is not None:
+            top_k = min(_checks.positive_int("top_k", top_k), self.config.vocab_size)
+        was_training = self.training
+        self.eval()
+        if use_cache and not all(isinstance(b.self_attn, GroupedQueryAttention) for b in self.blocks):
+            raise TypeError("use_cache=True needs attention layers that take a KV cache: build the model with "
+                            "n_kv_heads (n_kv_heads=n_heads is multi-head attention) or positional='rope'")
+        caches = None
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                context = idx[:, -self.config.block_size:]  # (B, <= block_size)
+                logits = self(context)[:, -1, :]  # (B, V)
+            elif caches is None or caches[0].length >= self.config.block_size:  # (re)fill the cache
+                caches = self.new_caches()
+                logits = self(idx[:, -self.config.block_size:], caches=caches)[:, -1, :]  # (B, V)
+            else:
+                logits = self(idx[:, -1:], caches=caches)[:, -1, :]  # (B, V): only the newest token
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, dim=-1)  # (B, V)
+                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            idx = torch.cat([idx, nxt], dim=1)  # (B, T + 1)
+        self.train(was_training)
+        return idx
+
+
+def count_parameters(model: nn.Module, *, exclude_positions: bool = False) -> int:
+    """The number of distinct parameters (a tied matrix counts once); optionally without position tables."""
+    seen, total = set(), 0
+    for name, p in model.named_parameters():
+        if id(p) in seen or (exclude_positions and ".position." in f".{name}"):
+            continue
+        seen.add(id(p))
+        total += p.numel()
+    return total
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
+    """Mean cross-entropy over every position: logits (B, T, V), targets (B, T) -> scalar (nats per token)."""
+    _checks.tensor("logits", logits, ndim=3, floating=True)
+    _checks.tensor("targets", targets, ndim=2)
+    if logits.shape[:2] != targets.shape:
+        raise ValueError(f"logits (B, T, V) and targets (B, T) disagree: {_checks.shape_str(logits.shape)} "
+                         f"and {_checks.shape_str(targets.shape)}")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
+
+
+@torch.no_grad()
+def lm_loss_sum(model: nn.Module, ids: torch.Tensor, *, block_size: int | None = None, batch_size: int = 64,
+                shard: tuple[int, int] = (0, 1)) -> tuple[float, int]:
+    """The summed next-token cross-entropy over a token sequence, and the number of predicted tokens.
+
+    The sequence is cut into consecutive windows of ``block_size`` tokens (the model's by default); every
+    token after the first is predicted exactly once, from the tokens before it in its window. With
+    ``shard=(rank, world_size)`` only every world_size-th window is evaluated (for several processes).
+
+    Shapes:
+        ids: (N,) token ids
+    """
+    _checks.tensor("ids", ids, ndim=1)
+    block_size = model.config.block_size if block_size is None else _checks.positive_int("block_size", block_size)
+    _checks.positive_int("batch_size", batch_size)
+    rank, world_size = shard
+    if ids.numel() < 2:
+        raise ValueError(f"ids must hold at least 2 tokens to predict one, got {ids.numel()}")
+    device = next(model.parameters()).device
+    starts = list(range(0, ids.numel() - 1, block_size))[rank::world_size]
+    full = [s for s in starts if s + block_size + 1 <= ids.numel()]
+    offsets = torch.arange(block_size + 1)  # (T + 1,)
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(full), batch_size):
+        windows = ids[torch.tensor(full[i:i + batch_size])[:, None] + offsets].to(device)  # (b, T + 1)
+        logits = model(windows[:, :-1])  # (b, T, V)
+        total += F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
+        count += windows.shape[0] * block_size
+    for s in starts[len(full):]:  # the last, shorter window
+        window = ids[s:].unsqueeze(0).to(device)  # (1, t + 1)
+        logits = model(window[:, :-1])  # (1, t, V)
+        total += F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten(), reduction="sum").item()
+        count += window.shape[1] - 1
+    model.train(was_training)
+    return total, count
+
+
+def evaluate_lm(model: nn.Module, ids: torch.Tensor, *, block_size: int | None = None, batch_size: int = 64) -> float:
+    """Mean next-token cross-entropy (nats per token) of ``model`` over a whole sequence, e.g. the validation split.
+
+    Every token after the first is predicted exactly once (see :func:`lm_loss_sum`).
+
+    Shapes:
+        ids: (N,) token ids
+    """
+    total, count = lm_loss_sum(model, ids, block_size=block_size, batch_size=batch_size)
+    return total / count

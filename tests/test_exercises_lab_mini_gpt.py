@@ -1,0 +1,181 @@
+"""Checkers of the lab: right pieces pass, the usual mistakes get their hint, stubs are 'not attempted'."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbook.exercises import ExerciseFailed
+from attnbook.exercises import lab_mini_gpt as ex
+
+
+class Attention(nn.Module):
+    """A right answer, with switches for the usual mistakes."""
+
+    mistake = None
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        H, Dh = self.n_heads, D // self.n_heads
+        split = (lambda t: t.view(B, H, T, Dh)) if self.mistake == "view" else \
+            (lambda t: t.view(B, T, H, Dh).transpose(1, 2))
+        q, k, v = split(self.W_q(x)), split(self.W_k(x)), split(self.W_v(x))
+        scale = {"unscaled": 1.0, "sqrt_d_model": 1 / math.sqrt(D)}.get(self.mistake, 1 / math.sqrt(Dh))
+        s = q @ k.transpose(-2, -1) * scale
+        ones = torch.ones(T, T, dtype=torch.bool)
+        if self.mistake != "no_mask":
+            s = s.masked_fill(~(ones.triu() if self.mistake == "upside_down" else ones.tril()), float("-inf"))
+        w = torch.softmax(s, dim=-2 if self.mistake == "axis" else -1)
+        out = (w @ v).transpose(1, 2).reshape(B, T, D)
+        return out if self.mistake == "no_projection" else self.W_o(out)
+
+
+def with_mistake(name):
+    return type(f"Attention_{name}", (Attention,), {"mistake": name})
+
+
+class Stub(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        raise NotImplementedError
+
+
+def test_causal_self_attention_checker():
+    assert ex.check_causal_self_attention(Attention)
+    assert not ex.check_causal_self_attention(Stub)
+    hints = {"no_mask": "mask is missing", "upside_down": "upside down", "unscaled": "not scaled",
+             "sqrt_d_model": "divided by sqrt\\(d_model\\)", "axis": "wrong axis", "view": "mixes positions",
+             "no_projection": "apply W_o"}
+    for mistake, hint in hints.items():
+        with pytest.raises(ExerciseFailed, match=hint):
+            ex.check_causal_self_attention(with_mistake(mistake))
+
+    class Named(nn.Module):
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    with pytest.raises(ExerciseFailed, match="needs an attribute `W_q`"):
+        ex.check_causal_self_attention(Named)
+
+
+class Block(nn.Module):
+    mistake = None
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.norm_1, self.attn = nn.LayerNorm(d_model), Attention(d_model, n_heads)
+        self.norm_2 = nn.LayerNorm(d_model)
+        self.W_1, self.W_2 = nn.Linear(d_model, 4 * d_model), nn.Linear(4 * d_model, d_model)
+
+    def ffn(self, x):
+        return self.W_2((F.gelu if self.mistake == "gelu" else F.relu)(self.W_1(x)))
+
+    def forward(self, x):
+        if self.mistake == "post":
+            x = self.norm_1(x + self.attn(x))
+            return self.norm_2(x + self.ffn(x))
+        if self.mistake == "swapped":
+            x = x + self.attn(self.norm_2(x))
+            return x + self.ffn(self.norm_1(x))
+        x = (0 if self.mistake == "no_attn_residual" else x) + self.attn(self.norm_1(x))
+        return (0 if self.mistake == "no_residual" else x) + self.ffn(self.norm_2(x))
+
+
+def test_block_checker():
+    assert ex.check_block(Block)
+    assert not ex.check_block(Stub)
+    hints = {"post": "post-norm", "no_residual": "a residual connection is missing",
+             "no_attn_residual": "attention's residual", "swapped": "norms are swapped",
+             "gelu": "wrong non-linearity"}
+    for mistake, hint in hints.items():
+        with pytest.raises(ExerciseFailed, match=hint):
+            ex.check_block(type(f"Block_{mistake}", (Block,), {"mistake": mistake}))
+
+
+class MiniGPT(nn.Module):
+    mistake = None
+
+    def __init__(self, vocab_size, block_size, d_model, n_heads, n_layers):
+        super().__init__()
+        self.tok_emb, self.pos_emb = nn.Embedding(vocab_size, d_model), nn.Embedding(block_size, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.norm_f = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.tok_emb(idx)
+        if self.mistake != "no_positions":
+            x = x + self.pos_emb(torch.arange(T if self.mistake != "block_size" else self.pos_emb.num_embeddings))
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(x if self.mistake == "no_final_norm" else self.norm_f(x))
+
+
+def test_mini_gpt_checker():
+    assert ex.check_mini_gpt(MiniGPT)
+    assert not ex.check_mini_gpt(Stub)
+    hints = {"no_positions": "position embeddings are not added", "no_final_norm": "final LayerNorm",
+             "block_size": "raised RuntimeError"}
+    for mistake, hint in hints.items():
+        with pytest.raises(ExerciseFailed, match=hint):
+            ex.check_mini_gpt(type(f"GPT_{mistake}", (MiniGPT,), {"mistake": mistake}))
+
+    class Untied(MiniGPT):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.lm_head = nn.Linear(self.tok_emb.embedding_dim, self.tok_emb.num_embeddings, bias=False)
+
+    result = ex.check_mini_gpt(Untied)
+    assert result and "Tie lm_head.weight" in result.message
+
+
+def probs(logits, temperature=1.0, top_k=None):
+    if top_k is not None:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def test_next_token_probs_checker():
+    assert ex.check_next_token_probs(probs)
+    assert not ex.check_next_token_probs(lambda *a: (_ for _ in ()).throw(NotImplementedError))
+    wrong = {
+        "multiplied by the temperature": lambda z, t, k: probs(z * t * t, t, k),
+        "top_k is ignored": lambda z, t, k: probs(z, t),
+        "without renormalising": lambda z, t, k: probs(z, t) if k is None else
+        probs(z, t).masked_fill(z < torch.topk(z, k, -1).values[..., -1:], 0.0),
+    }
+    for hint, fn in wrong.items():
+        with pytest.raises(ExerciseFailed, match=hint):
+            ex.check_next_token_probs(fn)
+
+
+def generate(model, idx, max_new_tokens, block_size, temperature=1.0, top_k=None, generator=None, crop=True):
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -block_size:] if crop else idx)[:, -1]
+        nxt = torch.multinomial(probs(logits, temperature, top_k), 1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+def test_generate_checker():
+    assert ex.check_generate(generate)
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    assert not ex.check_generate(stub)
+    with pytest.raises(ExerciseFailed, match="feed the model only the last block_size tokens"):
+        ex.check_generate(lambda *a, **k: generate(*a, **k, crop=False))
+    with pytest.raises(ExerciseFailed, match="only the new tokens"):
+        ex.check_generate(lambda m, idx, n, T, **k: generate(m, idx, n, T, **k)[:, idx.shape[1]:])
