@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -61,8 +62,29 @@ def chapters(srcdir: Path) -> list[Chapter]:
     return found
 
 
+def reduced_dependencies(book: list[Chapter]) -> dict[str, list[str]]:
+    """Each chapter's "Builds on" labels without those implied through another one (a transitive reduction).
+
+    If 8 builds on 6 and 7 and 7 builds on 6, the map draws 6 -> 7 -> 8 and no arrow 6 -> 8.
+    """
+    needs = {c.label: set(c.builds_on) for c in book}
+
+    def reachable(start: str) -> set[str]:
+        seen, stack = set(), [start]
+        while stack:
+            for label in needs.get(stack.pop(), ()):
+                if label not in seen:
+                    seen.add(label)
+                    stack.append(label)
+        return seen
+
+    return {c.label: [a for a in c.builds_on
+                      if not any(a in reachable(b) for b in c.builds_on if b != a)] for c in book}
+
+
 def render_svg(book: list[Chapter], href) -> str:
-    """An SVG of the chapters in rows by part, with an arrow from each chapter to the ones built on it.
+    """An SVG of the chapters in rows by part, with an arrow from each chapter to the ones built on it
+    directly (arrows implied by a path through other chapters are left out).
 
     ``href(chapter)`` gives the link of a chapter's page.
     """
@@ -71,24 +93,29 @@ def render_svg(book: list[Chapter], href) -> str:
     for c in book:
         if c.part not in parts:
             parts.append(c.part)
-    box_w, box_h, gap_x, row_h, left, top = 190, 58, 26, 120, 150, 20
-    per_row = max(sum(c.part == p for c in book) for p in parts)
-    width = left + per_row * (box_w + gap_x)
-    height = top + len(parts) * row_h
-    pos = {}
-    for row, part in enumerate(parts):
+    # three chapters per row, so that the picture keeps a readable size in the page's text column;
+    # each part starts with its name on a line of its own
+    box_w, box_h, gap_x, row_h, margin, cols, caption_h = 190, 58, 34, 100, 12, 3, 30
+    pos, captions, y = {}, [], 10
+    for part in parts:
         members = [c for c in book if c.part == part]
-        for col, c in enumerate(members):
-            pos[c.label] = (left + col * (box_w + gap_x), top + row * row_h + 20)
+        captions.append((part, y + 18))
+        y += caption_h
+        for i, c in enumerate(members):
+            r, col = divmod(i, cols)
+            pos[c.label] = (margin + col * (box_w + gap_x), y + r * row_h)
+        y += math.ceil(len(members) / cols) * row_h
+    width, height = 2 * margin + cols * (box_w + gap_x) - gap_x, y
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="attnbook-chapter-map" '
            f'role="img" aria-label="Which chapter builds on which">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
            'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#5b6b7b"/></marker></defs>']
-    for row, part in enumerate(parts):
-        y = top + row * row_h + 20 + box_h / 2
-        out.append(f'<text x="10" y="{y + 5}" font-size="14" font-weight="bold" fill="#1f4e79">{html.escape(part)}</text>')
+    for part, y_text in captions:
+        out.append(f'<text x="{margin}" y="{y_text}" font-size="15" font-weight="bold" fill="#1f4e79">'
+                   f'{html.escape(part)}</text>')
+    direct = reduced_dependencies(book)
     for c in book:
-        for label in c.builds_on:
+        for label in direct[c.label]:
             if label not in by_label or label not in pos:
                 continue
             (x1, y1), (x2, y2) = pos[label], pos[c.label]
@@ -97,6 +124,10 @@ def render_svg(book: list[Chapter], href) -> str:
             elif y1 == y2:  # further along the row: an arc over the chapters in between
                 a, b = x1 + box_w / 2, x2 + box_w / 2
                 path = f"M{a},{y1} C{a},{y1 - 32} {b},{y2 - 32} {b},{y2}"
+            elif x1 == x2 and any(x == x1 and y1 < y < y2 for x, y in pos.values()):
+                # down the same column past other chapters: around their right side, not through them
+                sy, ey, bend = y1 + box_h / 2, y2 + box_h / 2, x1 + box_w + gap_x * 0.8
+                path = f"M{x1 + box_w},{sy} C{bend},{sy} {bend},{ey} {x2 + box_w},{ey}"
             else:  # from the bottom of the earlier chapter to the top of the later one
                 sx, sy, ex, ey = x1 + box_w / 2, y1 + box_h, x2 + box_w / 2, y2
                 mid = (sy + ey) / 2
