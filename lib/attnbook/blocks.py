@@ -255,14 +255,7 @@ class EncoderBlock(_Block):
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderBlock":
         """An EncoderBlock with the configuration and a copy of the weights of a ``TransformerEncoderLayer``."""
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(f"layer must be a torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
-        block = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
-                    dropout=float(layer.dropout.p), mlp=_torch_activation(layer),
-                    norm_position="pre" if layer.norm_first else "post",
-                    bias=layer.linear1.bias is not None, eps=layer.norm1.eps)
-        _copy_torch(block, layer, [("self_attn", "self_attn")])
-        return block
+        return _from_torch(cls, layer, nn.TransformerEncoderLayer, [("self_attn", "self_attn")])
 
 
 class DecoderBlock(_Block):
@@ -321,14 +314,8 @@ class DecoderBlock(_Block):
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderBlock":
         """A DecoderBlock with the configuration and a copy of the weights of a ``TransformerDecoderLayer``."""
-        if not isinstance(layer, nn.TransformerDecoderLayer):
-            raise TypeError(f"layer must be a torch.nn.TransformerDecoderLayer, got {type(layer).__name__}")
-        block = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
-                    dropout=float(layer.dropout.p), mlp=_torch_activation(layer),
-                    norm_position="pre" if layer.norm_first else "post",
-                    bias=layer.linear1.bias is not None, eps=layer.norm1.eps)
-        _copy_torch(block, layer, [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")])
-        return block
+        return _from_torch(cls, layer, nn.TransformerDecoderLayer,
+                           [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")])
 
 
 def _torch_activation(layer) -> str:
@@ -340,6 +327,18 @@ def _torch_activation(layer) -> str:
 
 
 @torch.no_grad()
+
+def _from_torch(cls, layer: nn.Module, torch_cls: type, attentions: list[tuple[str, str]]):
+    """A block of class ``cls`` with the configuration and a copy of the weights of the PyTorch ``layer``."""
+    if not isinstance(layer, torch_cls):
+        raise TypeError(f"layer must be a torch.nn.{torch_cls.__name__}, got {type(layer).__name__}")
+    block = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
+                dropout=float(layer.dropout.p), mlp=_torch_activation(layer),
+                norm_position="pre" if layer.norm_first else "post",
+                bias=layer.linear1.bias is not None, eps=layer.norm1.eps)
+    _copy_torch(block, layer, attentions)
+    return block
+
 def _copy_torch(block: _Block, layer: nn.Module, attentions: list[tuple[str, str]]) -> None:
     """Copy the weights of a torch encoder/decoder layer into ``block`` (same configuration)."""
     for ours, theirs in attentions:

@@ -220,6 +220,15 @@ class _Embed(nn.Module):
         return self.dropout(x + pos)  # (B, T, D)
 
 
+
+def _add_output_layers(model: nn.Module, config: TransformerConfig) -> None:
+    """A decoder's last layers: ``norm_f`` (pre-norm stacks only) and ``lm_head``, tied to the embedding if asked."""
+    model.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
+        if config.norm_position == "pre" else nn.Identity()
+    model.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+    if config.tie_weights:
+        model.lm_head.weight = model.embed.token.weight
+
 class Encoder(nn.Module):
     """Token embedding + positions, a stack of :class:`~attnbook.blocks.EncoderBlock`, a final norm if pre-norm.
 
@@ -266,11 +275,7 @@ class Decoder(nn.Module):
         self.config = _check_config(config)
         self.embed = _Embed(config.vocab_size, config)
         self.blocks = nn.ModuleList(DecoderBlock(**config.block_kwargs()) for _ in range(config.n_layers))
-        self.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
-            if config.norm_position == "pre" else nn.Identity()
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tie_weights:
-            self.lm_head.weight = self.embed.token.weight
+        _add_output_layers(self, config)
 
     def forward(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 *, return_weights: bool = False):
@@ -353,11 +358,7 @@ class GPT(nn.Module):
         self.config = _check_config(config)
         self.embed = _Embed(config.vocab_size, config)
         self.blocks = nn.ModuleList(EncoderBlock(**config.block_kwargs()) for _ in range(config.n_layers))
-        self.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
-            if config.norm_position == "pre" else nn.Identity()
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tie_weights:
-            self.lm_head.weight = self.embed.token.weight
+        _add_output_layers(self, config)
         INITS[config.init](self, config.n_layers)
 
     def forward(self, idx: torch.Tensor, *, return_weights: bool = False, caches: list | None = None):
