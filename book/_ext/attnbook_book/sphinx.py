@@ -175,6 +175,15 @@ def _table(widths, header, rows) -> nodes.table:
     return table
 
 
+def _with_literals(text: str) -> nodes.paragraph:
+    """A paragraph of ``text`` in which the parts between double backquotes are set as code."""
+    para = nodes.paragraph()
+    for i, part in enumerate(text.split("``")):
+        if part:
+            para += nodes.literal(text=part) if i % 2 else nodes.Text(part)
+    return para
+
+
 def _xref(reftype: str, target: str, text: str) -> nodes.paragraph:
     ref = addnodes.pending_xref("", refdomain="std", reftype=reftype, reftarget=target, refexplicit=True,
                                 refwarn=True)
@@ -204,7 +213,7 @@ class ExerciseTableDirective(SphinxDirective):
             rows.append([
                 _xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
                 _xref("ref", exercise.label, exercise.title) if exercise.label else exercise.title,
-                nodes.paragraph(text=what),
+                _with_literals(what),
                 f"{seconds:.0f} s" if seconds is not None else "not measured",
             ])
         if not rows:
