@@ -68,7 +68,7 @@ def train_variant(splits, changes: dict, seed: int, steps: int) -> dict:
                         steps=steps, lr=LR, schedule=lambda s: min(1.0, (s + 1) / WARMUP), desc="training")
     seconds = time.process_time() - cpu
     val = models.evaluate_lm(model, splits.val)
-    return {"val_loss": val, "cpu_seconds": seconds, "parameters": models.count_parameters(model),
+    return {"val_loss": val, "cpu_seconds": seconds, "parameters": measure.count_parameters(model),
             "diverged": history.diverged}
 
 

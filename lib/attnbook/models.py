@@ -31,7 +31,6 @@ __all__ = [
     "Decoder",
     "EncoderDecoder",
     "GPT",
-    "count_parameters",
     "lm_loss",
     "lm_loss_sum",
     "evaluate_lm",
@@ -442,17 +441,6 @@ class GPT(nn.Module):
             idx = torch.cat([idx, nxt], dim=1)  # (B, T + 1)
         self.train(was_training)
         return idx
-
-
-def count_parameters(model: nn.Module, *, exclude_positions: bool = False) -> int:
-    """The number of distinct parameters (a tied matrix counts once); optionally without position tables."""
-    seen, total = set(), 0
-    for name, p in model.named_parameters():
-        if id(p) in seen or (exclude_positions and ".position." in f".{name}"):
-            continue
-        seen.add(id(p))
-        total += p.numel()
-    return total
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:

@@ -37,7 +37,8 @@ import torch
 import torch.distributed as dist
 
 from . import _checks, data, train
-from .models import GPT, TransformerConfig, count_parameters, lm_loss, lm_loss_sum
+from .measure import count_parameters
+from .models import GPT, TransformerConfig, lm_loss, lm_loss_sum
 
 __all__ = ["TrainConfig", "RECIPES", "Trainer", "CheckpointError", "make_optimizer", "load_checkpoint",
            "load_model", "train_run", "main"]

@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from ..blocks import EncoderBlock
-from ..models import GPT, TransformerConfig, count_parameters
+from ..measure import count_parameters
+from ..models import GPT, TransformerConfig
 from . import Mistake, Result, check_function, check_number
 
 __all__ = ["check_layer_norm", "check_post_norm_block", "check_lrate", "check_gpt_parameters",
