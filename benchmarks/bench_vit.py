@@ -131,7 +131,7 @@ def table(result: dict) -> str:
     ]
     rows = result.get("recipe", [])
     if rows:
-        lines += ["", f"Full training set, recipe {result['recipe_settings']}:", "",
+        lines += ["", "Full training set, the chapter's recipe (" + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in result["recipe_settings"].items()) + "):", "",
                   "| variant | test accuracy | CPU seconds | wall seconds |", "|---|---:|---:|---:|"]
         for name in VARIANTS:
             r = [x for x in rows if x["variant"] == name]

@@ -99,6 +99,12 @@ def _torch_weights(module: nn.Module, kind: type) -> tuple[torch.Tensor, ...]:
 
 # --- cells ---------------------------------------------------------------------------------------
 
+def _zero_state(cell: nn.Module, batch_size: int, like: torch.Tensor | None) -> torch.Tensor:
+    """Zeros (B, hidden_size) with the dtype and device of ``like``, or of the cell's parameters."""
+    ref = next(cell.parameters()) if like is None else like
+    return torch.zeros(batch_size, cell.hidden_size, dtype=ref.dtype, device=ref.device)
+
+
 class RNNCell(nn.Module):
     r"""The vanilla (Elman) RNN step h_t = phi(W_xh x_t + W_hh h_{t-1} + b_h), phi = tanh, relu or identity.
 
@@ -130,8 +136,7 @@ class RNNCell(nn.Module):
 
     def initial_state(self, batch_size: int, *, like: torch.Tensor | None = None) -> torch.Tensor:
         """The zero state (B, H), on the device and with the dtype of ``like`` (or of the parameters)."""
-        ref = self.W_hh if like is None else like
-        return torch.zeros(batch_size, self.hidden_size, dtype=ref.dtype, device=ref.device)
+        return _zero_state(self, batch_size, like)  # (B, H)
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         _check_x(self, x)
@@ -185,8 +190,7 @@ class LSTMCell(nn.Module):
         return 2 * self.hidden_size
 
     def initial_state(self, batch_size: int, *, like: torch.Tensor | None = None) -> tuple:
-        ref = self.W_h if like is None else like
-        zeros = torch.zeros(batch_size, self.hidden_size, dtype=ref.dtype, device=ref.device)
+        zeros = _zero_state(self, batch_size, like)  # (B, H)
         return zeros, zeros.clone()
 
     def forward(self, x: torch.Tensor, state: tuple | None = None, *, return_gates: bool = False):
@@ -258,8 +262,7 @@ class GRUCell(nn.Module):
         return self.hidden_size
 
     def initial_state(self, batch_size: int, *, like: torch.Tensor | None = None) -> torch.Tensor:
-        ref = self.W_h if like is None else like
-        return torch.zeros(batch_size, self.hidden_size, dtype=ref.dtype, device=ref.device)
+        return _zero_state(self, batch_size, like)  # (B, H)
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None, *, return_gates: bool = False):
         _check_x(self, x)
