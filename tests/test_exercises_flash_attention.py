@@ -9,12 +9,7 @@ import torch
 from attnbook import flash
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import flash_attention as ex
-
-
-def assert_fails_with(check, answer, fragment):
-    with pytest.raises(ExerciseFailed) as info:
-        check(answer)
-    assert fragment in info.value.hint, info.value.hint
+from exercise_helpers import assert_fails_with
 
 
 # --- the online-softmax update ------------------------------------------------------------------------

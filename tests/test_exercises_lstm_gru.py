@@ -9,18 +9,8 @@ import torch
 from torch import nn
 
 from attnbook import rnn
-from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import lstm_gru as ex
-
-
-def assert_fails_with(check, answer, fragment):
-    with pytest.raises(ExerciseFailed) as info:
-        check(answer)
-    assert fragment in info.value.hint, info.value.hint
-
-
-def stub(*args):
-    raise NotImplementedError
+from exercise_helpers import assert_fails_with, stub
 
 
 # --- LSTM step ---------------------------------------------------------------------------------------

@@ -7,10 +7,7 @@ import torch
 from attnbook.attention import scaled_dot_product_attention, softmax_with_temperature
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import queries_keys_values as ex
-
-
-def stub(*args):
-    raise NotImplementedError
+from exercise_helpers import stub
 
 
 def scores(q, k):

@@ -6,10 +6,7 @@ import torch
 
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import transformer_block as ex
-
-
-def stub(*args):
-    raise NotImplementedError
+from exercise_helpers import stub
 
 
 def layer_norm(x, gamma, beta, eps):

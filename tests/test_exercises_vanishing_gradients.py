@@ -8,18 +8,8 @@ import pytest
 import torch
 
 from attnbook import rnn
-from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import vanishing_gradients as ex
-
-
-def assert_fails_with(check, answer, fragment):
-    with pytest.raises(ExerciseFailed) as info:
-        check(answer)
-    assert fragment in info.value.hint, info.value.hint
-
-
-def stub(*args):
-    raise NotImplementedError
+from exercise_helpers import assert_fails_with, stub
 
 
 # --- how far back an input reaches ----------------------------------------------------------------------
