@@ -99,13 +99,20 @@ def _torch_weights(module: nn.Module, kind: type) -> tuple[torch.Tensor, ...]:
 
 # --- cells ---------------------------------------------------------------------------------------
 
-def _zero_state(cell: nn.Module, batch_size: int, like: torch.Tensor | None) -> torch.Tensor:
-    """Zeros (B, hidden_size) with the dtype and device of ``like``, or of the cell's parameters."""
-    ref = next(cell.parameters()) if like is None else like
-    return torch.zeros(batch_size, cell.hidden_size, dtype=ref.dtype, device=ref.device)
+class _Cell(nn.Module):
+    """What every cell has: a state of ``hidden_size`` numbers per sequence, zero at the start."""
+
+    @property
+    def state_size(self) -> int:
+        return self.hidden_size
+
+    def initial_state(self, batch_size: int, *, like: torch.Tensor | None = None) -> torch.Tensor:
+        """The zero state (B, H), on the device and with the dtype of ``like`` (or of the parameters)."""
+        ref = next(self.parameters()) if like is None else like
+        return torch.zeros(batch_size, self.hidden_size, dtype=ref.dtype, device=ref.device)  # (B, H)
 
 
-class RNNCell(nn.Module):
+class RNNCell(_Cell):
     r"""The vanilla (Elman) RNN step h_t = phi(W_xh x_t + W_hh h_{t-1} + b_h), phi = tanh, relu or identity.
 
     Equal to ``torch.nn.RNNCell`` on copied weights (PyTorch's two biases add up to ``b_h``).
@@ -130,14 +137,6 @@ class RNNCell(nn.Module):
         self.b_h = nn.Parameter(torch.empty(hidden_size))  # (H,)
         _uniform_(self, hidden_size)
 
-    @property
-    def state_size(self) -> int:
-        return self.hidden_size
-
-    def initial_state(self, batch_size: int, *, like: torch.Tensor | None = None) -> torch.Tensor:
-        """The zero state (B, H), on the device and with the dtype of ``like`` (or of the parameters)."""
-        return _zero_state(self, batch_size, like)  # (B, H)
-
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         _check_x(self, x)
         h = self.initial_state(x.shape[0], like=x) if h is None else _check_hidden("h", h, x, self.hidden_size)
@@ -156,7 +155,7 @@ class RNNCell(nn.Module):
         return cell
 
 
-class LSTMCell(nn.Module):
+class LSTMCell(_Cell):
     r"""The LSTM step with a forget gate (Hochreiter & Schmidhuber 1997; Gers et al. 2000).
 
         i, f, o = sigmoid(W_x[i,f,o] x_t + W_h[i,f,o] h_{t-1} + b[i,f,o]),  g = tanh(W_x[g] x_t + W_h[g] h_{t-1} + b[g])
@@ -190,7 +189,7 @@ class LSTMCell(nn.Module):
         return 2 * self.hidden_size
 
     def initial_state(self, batch_size: int, *, like: torch.Tensor | None = None) -> tuple:
-        zeros = _zero_state(self, batch_size, like)  # (B, H)
+        zeros = super().initial_state(batch_size, like=like)  # (B, H)
         return zeros, zeros.clone()
 
     def forward(self, x: torch.Tensor, state: tuple | None = None, *, return_gates: bool = False):
@@ -225,7 +224,7 @@ class LSTMCell(nn.Module):
         return cell
 
 
-class GRUCell(nn.Module):
+class GRUCell(_Cell):
     r"""The gated recurrent unit (Cho et al. 2014).
 
         r = sigmoid(W_x[r] x_t + b_x[r] + W_h[r] h_{t-1} + b_h[r])
@@ -256,13 +255,6 @@ class GRUCell(nn.Module):
         self.b_x = nn.Parameter(torch.empty(3 * hidden_size))  # (3H,)
         self.b_h = nn.Parameter(torch.empty(3 * hidden_size))  # (3H,)
         _uniform_(self, hidden_size)
-
-    @property
-    def state_size(self) -> int:
-        return self.hidden_size
-
-    def initial_state(self, batch_size: int, *, like: torch.Tensor | None = None) -> torch.Tensor:
-        return _zero_state(self, batch_size, like)  # (B, H)
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None, *, return_gates: bool = False):
         _check_x(self, x)

@@ -35,9 +35,10 @@ def _seeded(seed: int):
 
 
 def _build(exercise: str, make):
-    """Construct the learner's module; None when it is still the stub."""
+    """Construct the learner's module with seed 0, in eval mode; None when it is still the stub."""
     try:
-        module = make()
+        with _seeded(0):
+            module = make()
     except NotImplementedError:
         return None
     except Exception as error:  # noqa: BLE001 - say what went wrong, without a traceback from inside torch
@@ -45,7 +46,7 @@ def _build(exercise: str, make):
         raise ExerciseFailed(exercise, f"building your module raised {message}.") from None
     if not isinstance(module, nn.Module):
         raise ExerciseFailed(exercise, f"expected an nn.Module, got {type(module).__name__}")
-    return module
+    return module.eval()
 
 
 def _linear(exercise: str, module, name: str, d_in: int, d_out: int) -> nn.Linear:
@@ -87,11 +88,9 @@ def _inputs(d: int, shapes):
 def check_causal_self_attention(cls, d_model: int = 16, n_heads: int = 4) -> Result:
     """``cls(d_model, n_heads)`` is causal multi-head self-attention with W_q, W_k, W_v, W_o (nn.Linear)."""
     exercise = "causal self-attention"
-    with _seeded(0):
-        module = _build(exercise, lambda: cls(d_model, n_heads))
+    module = _build(exercise, lambda: cls(d_model, n_heads))
     if module is None:
         return Result(exercise, False, _NOT_ATTEMPTED)
-    module.eval()
     bias = _has_bias(_linear(exercise, module, "W_q", d_model, d_model))
     with _seeded(1):
         ref = MultiHeadAttention(d_model, n_heads, bias=bias).eval()
@@ -165,11 +164,9 @@ def _randomise_norms(*norms) -> None:
 def check_block(cls, d_model: int = 16, n_heads: int = 4, activation: str = "relu") -> Result:
     """``cls(d_model, n_heads)``: the pre-norm GPT block, x + attn(norm_1(x)), then + W_2(act(W_1(norm_2(.))))."""
     exercise = "the transformer block"
-    with _seeded(0):
-        module = _build(exercise, lambda: cls(d_model, n_heads))
+    module = _build(exercise, lambda: cls(d_model, n_heads))
     if module is None:
         return Result(exercise, False, _NOT_ATTEMPTED)
-    module.eval()
     w1 = _linear(exercise, module, "W_1", d_model, getattr(getattr(module, "W_1", None), "out_features", 4 * d_model))
     with _seeded(1):
         ref = EncoderBlock(d_model, n_heads, w1.out_features, mlp=activation, norm_position="pre",
@@ -208,11 +205,9 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
     """``cls(vocab_size, block_size, d_model, n_heads, n_layers)``: logits (B, T, V) of a pre-norm GPT."""
     exercise = "the GPT model"
     V, T, D, H, L = 13, 8, 16, 4, 2
-    with _seeded(0):
-        module = _build(exercise, lambda: cls(V, T, D, H, L))
+    module = _build(exercise, lambda: cls(V, T, D, H, L))
     if module is None:
         return Result(exercise, False, _NOT_ATTEMPTED)
-    module.eval()
     for name, rows in (("tok_emb", V), ("pos_emb", T)):
         emb = getattr(module, name, None)
         if not isinstance(emb, nn.Embedding) or tuple(emb.weight.shape) != (rows, D):
