@@ -186,3 +186,109 @@ def test_format_bytes():
     assert measure.format_bytes(1.5 * 2**30) == "1.5 GiB"
     with pytest.raises(ValueError, match="n must be a finite number of bytes"):
         measure.format_bytes(-1)
+
+
+# --- a whole transformer: parameters, FLOPs per token, activation memory --------------------------------
+
+def _gpt(**changes):
+    from attnbook import models
+
+    values = dict(vocab_size=65, block_size=32, n_layers=2, n_heads=4, d_model=32, bias=False, mlp="relu")
+    values.update(changes)
+    torch.manual_seed(0)
+    return models.GPT(models.TransformerConfig(**values))
+
+
+def test_non_embedding_parameters_leave_out_the_tables_and_the_tied_output_layer():
+    model = _gpt()
+    L, D, V, T = 2, 32, 65, 32
+    norms = (2 * L + 1) * D  # gains of the LayerNorms (no biases)
+    assert measure.count_parameters(model, non_embedding=True) == 12 * L * D * D + norms
+    assert measure.count_parameters(model) == 12 * L * D * D + norms + V * D + T * D
+    untied = _gpt(tie_weights=False)  # an output layer of its own is not a lookup table: it counts
+    assert measure.count_parameters(untied, non_embedding=True) == 12 * L * D * D + norms + V * D
+
+
+@pytest.mark.parametrize("changes", [{}, {"mlp": "gelu", "n_layers": 3}, {"d_model": 48, "n_heads": 3},
+                                     {"mlp": "swiglu", "d_ff": 80}, {"n_kv_heads": 2}])
+def test_transformer_flops_equal_the_flops_pytorch_counts(changes):
+    model = _gpt(**changes)
+    B, T = 3, 24
+    x = torch.randint(0, 65, (B, T))
+    flops = measure.transformer_flops(model, T)
+    # the explicit attention path: Q K^T and A V are matrix products FlopCounterMode sees
+    forward = measure.flop_count(lambda: model(x, return_weights=True))
+    assert forward == B * T * flops.forward
+    training = measure.flop_count(lambda: model(x, return_weights=True)[0].sum().backward())
+    assert training == B * T * flops.training == 3 * forward
+    D, L = model.config.d_model, model.config.n_layers
+    assert flops.attention == 4 * L * T * D and flops.deembedding == 2 * D * 65
+    if not changes:
+        assert flops.n == 12 * L * D * D and flops.six_n == 72 * L * D * D
+        assert flops.kaplan_forward == 2 * flops.n + 2 * L * T * D
+
+
+def test_transformer_flops_bad_input():
+    with pytest.raises(TypeError, match="model must be a GPT-like model"):
+        measure.transformer_flops(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="seq_len must be an integer >= 1, got 0"):
+        measure.transformer_flops(_gpt(), 0)
+
+
+@pytest.mark.parametrize("mlp", ["relu", "gelu"])
+@pytest.mark.parametrize("attention", ["fused", "explicit"])
+@pytest.mark.parametrize("shape", [(4, 32, 32), (2, 48, 17), (3, 24, 5)])
+def test_activation_bytes_equal_what_autograd_saves(mlp, attention, shape):
+    H, D, T = shape
+    model = _gpt(mlp=mlp, n_heads=H, d_model=D, n_layers=1)
+    block = model.blocks[0]
+    saved = []
+    for B in (1, 2):  # what grows with the batch is the activations (weights and masks do not)
+        x = torch.randn(B, T, D, requires_grad=True)
+        saved.append(measure.saved_tensor_bytes(lambda: block(x, is_causal=True, return_weights=attention == "explicit"),
+                                                exclude=list(block.parameters())))
+    assert saved[1] - saved[0] == measure.activation_bytes(model.config, 1, T, attention=attention)
+    assert measure.activation_bytes(model.config, 5, T, attention=attention) == \
+        5 * measure.activation_bytes(model.config, 1, T, attention=attention)
+
+
+def test_saved_tensor_bytes_counts_a_storage_once():
+    x = torch.randn(1000, requires_grad=True)
+    assert measure.saved_tensor_bytes(lambda: torch.exp(x)) == 4000  # exp saves its output
+    assert measure.saved_tensor_bytes(lambda: torch.exp(x), exclude=[]) == 4000
+    assert measure.saved_tensor_bytes(lambda: x * x, exclude=[x]) == 0  # x is saved twice, excluded
+    with torch.no_grad():
+        assert measure.saved_tensor_bytes(lambda: torch.exp(x)) == 0  # no graph, nothing saved
+    with pytest.raises(TypeError, match="fn must be a function of no arguments"):
+        measure.saved_tensor_bytes(3)
+
+
+def test_activation_bytes_bad_input():
+    from attnbook import models
+
+    config = models.TransformerConfig(vocab_size=65, bias=False)
+    with pytest.raises(TypeError, match="config must be an attnbook.models.TransformerConfig"):
+        measure.activation_bytes({}, 1, 8)
+    with pytest.raises(ValueError, match="attention must be 'fused' or 'explicit', got 'flash'"):
+        measure.activation_bytes(config, 1, 8, attention="flash")
+    with pytest.raises(ValueError, match="activation_bytes knows the library's pre-norm LayerNorm block"):
+        measure.activation_bytes(config.replace(mlp="swiglu"), 1, 8)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
+        measure.activation_bytes(config, 0, 8)
+
+
+def test_attention_entropy_of_uniform_and_one_hot_heads():
+    T = 6
+    uniform = torch.full((2, 1, T, T), 1 / T)
+    one_hot = torch.eye(T).expand(2, 1, T, T)
+    causal = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]  # row t: uniform over t + 1 keys
+    weights = torch.cat([uniform, one_hot, causal.expand(2, 1, T, T)], dim=1)  # (2, 3, T, T)
+    h = measure.attention_entropy(weights)
+    assert h.shape == (3,)
+    torch.testing.assert_close(h[:2], torch.tensor([math.log(T), 0.0]))
+    torch.testing.assert_close(h[2], torch.log(torch.arange(1.0, T + 1)).mean())
+    torch.testing.assert_close(measure.attention_entropy(weights, start=T - 1)[2], torch.tensor(math.log(T)))
+    with pytest.raises(ValueError, match="start must be smaller than the number of queries Tq=6, got 6"):
+        measure.attention_entropy(weights, start=T)
+    with pytest.raises(ValueError, match="weights must have 4 dimensions"):
+        measure.attention_entropy(weights[0])

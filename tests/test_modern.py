@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbook import attention, blocks, models, positional
+from attnbook import attention, blocks, measure, models, positional
 
 
 def _gpt(**changes):
@@ -199,3 +199,65 @@ def test_modern_gpt_trains_one_batch():
         loss.backward()
         opt.step()
     assert loss.item() < 0.5 * first.item()
+
+
+# --- QK normalisation and activation checkpointing (chapter: scaling and practice) -----------------------
+
+def test_qk_norm_normalises_each_heads_queries_and_keys():
+    torch.manual_seed(0)
+    B, T, D, H = 2, 7, 24, 3
+    attn = attention.GroupedQueryAttention(D, H, qk_norm=True, bias=False)
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.5, 1.5)
+        attn.k_norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(B, T, D) * 5
+    out, w = attn(x, is_causal=True, return_weights=True)
+    Dh = D // H
+    q = attn.W_q(x).view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
+    k = attn.W_k(x).view(B, T, H, Dh).transpose(1, 2)
+    v = attn.W_v(x).view(B, T, H, Dh).transpose(1, 2)
+    q = torch.nn.functional.layer_norm(q, (Dh,), attn.q_norm.weight)
+    k = torch.nn.functional.layer_norm(k, (Dh,), attn.k_norm.weight)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(Dh)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    expected = torch.softmax(scores, -1)  # (B, H, T, T)
+    torch.testing.assert_close(w, expected)
+    torch.testing.assert_close(out, attn.W_o((expected @ v).transpose(1, 2).reshape(B, T, D)))
+    torch.testing.assert_close(attn(x, is_causal=True), out)  # the fused path agrees
+    # the logits are bounded by sqrt(Dh) times the gains, however large the weights grow
+    with torch.no_grad():
+        attn.W_q.weight.mul_(100)
+    _, w_big = attn(x, is_causal=True, return_weights=True)
+    torch.testing.assert_close(w_big, w)  # a LayerNorm does not see the scale of its input
+
+
+def test_qk_norm_in_a_gpt_config():
+    config = models.TransformerConfig(vocab_size=11, block_size=8, n_layers=2, n_heads=2, d_model=16, qk_norm=True)
+    model = models.GPT(config)
+    assert all(block.self_attn.qk_norm for block in model.blocks)
+    assert measure.count_parameters(model) == measure.count_parameters(models.GPT(config.replace(qk_norm=False))) \
+        + 2 * 2 * 2 * 8  # per layer: two LayerNorms of width Dh = 8, gain and bias
+    ids = torch.randint(0, 11, (3, 8))
+    logits, weights = model(ids, return_weights=True)
+    torch.testing.assert_close(model(ids), logits)
+    assert not hasattr(models.GPT(config.replace(qk_norm=False)).blocks[0].self_attn, "q_norm")
+
+
+def test_checkpointing_changes_memory_not_results():
+    torch.manual_seed(0)
+    config = models.TransformerConfig(vocab_size=13, block_size=16, n_layers=3, n_heads=2, d_model=32, bias=False)
+    model = models.GPT(config)
+    ids, targets = torch.randint(0, 13, (4, 16)), torch.randint(0, 13, (4, 16))
+    grads = []
+    for checkpoint in (False, True):
+        model.zero_grad()
+        models.lm_loss(model(ids, checkpoint=checkpoint), targets).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    params = list(model.parameters())
+    plain = measure.saved_tensor_bytes(lambda: model(ids), exclude=params)
+    checkpointed = measure.saved_tensor_bytes(lambda: model(ids, checkpoint=True), exclude=params)
+    per_layer = measure.activation_bytes(config, 4, 16)
+    assert plain - checkpointed > 2.5 * per_layer  # three blocks' activations are no longer kept
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, checkpoint=True), model(ids))

@@ -443,17 +443,20 @@ class GroupedQueryAttention(nn.Module):
     the keys and values, and the KV cache, shrink by the factor H / H_kv. ``rope=True`` rotates queries
     and keys with :func:`attnbook.positional.apply_rope` (self-attention only). With a :class:`KVCache`
     the queries are the new positions, the keys and values those of the cache plus the new ones.
+    ``qk_norm=True`` applies a LayerNorm over each head's width to the queries and the keys before their
+    dot products (QK normalisation, Dehghani et al. 2023): the attention logits then stay bounded by the
+    norms' learned gains instead of growing with the weights.
 
     Shapes:
         query: (B, Tq, D); key, value: (B, Tk, D), default to query
         mask:  boolean, True = may attend, broadcastable to (B, H, Tq, Tk)
         return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
 
-    Chapter: modern tweaks (grouped-query attention, RoPE, KV cache).
+    Chapter: modern tweaks (grouped-query attention, RoPE, KV cache); scaling and practice (QK normalisation).
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, dropout: float = 0.0,
-                 bias: bool = True, rope: bool = False, rope_base: float = 10000.0):
+                 bias: bool = True, rope: bool = False, rope_base: float = 10000.0, qk_norm: bool = False):
         super().__init__()
         _checks.positive_int("d_model", d_model)
         _checks.positive_int("n_heads", n_heads)
@@ -475,6 +478,10 @@ class GroupedQueryAttention(nn.Module):
         self.W_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
         self.W_v = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.qk_norm = bool(qk_norm)
+        if self.qk_norm:  # one LayerNorm over Dh for the queries and one for the keys, shared by the heads
+            self.q_norm = nn.LayerNorm(self.d_head, bias=bias)
+            self.k_norm = nn.LayerNorm(self.d_head, bias=bias)
 
     def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
                 return_weights: bool = False, cache: KVCache | None = None):
@@ -492,6 +499,8 @@ class GroupedQueryAttention(nn.Module):
         q = self.W_q(query).view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)
         k = self.W_k(key).view(B, T_new, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, Tk, Dh)
         v = self.W_v(value).view(B, T_new, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, Tk, Dh)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)  # each head's queries and keys normalised over Dh
         if self.rope:
             q = apply_rope(q, offset=past, base=self.rope_base)  # (B, H, Tq, Dh)
             k = apply_rope(k, offset=past, base=self.rope_base)  # (B, H_kv, Tk, Dh)

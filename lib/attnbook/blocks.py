@@ -167,7 +167,7 @@ class _Block(nn.Module):
     """What encoder and decoder blocks share: argument checks, the FFN, and the residual wiring."""
 
     def __init__(self, d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, bias, eps, n_norms,
-                 n_kv_heads=None, rope=False):
+                 n_kv_heads=None, rope=False, qk_norm=False):
         super().__init__()
         _checks.positive_int("d_model", d_model)
         _checks.positive_int("n_heads", n_heads)
@@ -175,10 +175,11 @@ class _Block(nn.Module):
         self.norm_position = _choice("norm_position", norm_position, NORM_POSITIONS)
         dropout = _dropout(dropout)
         self.d_model, self.n_heads, self.d_ff = d_model, n_heads, d_ff
-        if n_kv_heads is None and not rope:
+        if n_kv_heads is None and not rope and not qk_norm:
             self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias)
         else:  # modern tweaks: fewer key/value heads, rotary positions, a KV cache
-            self.self_attn = GroupedQueryAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias, rope=rope)
+            self.self_attn = GroupedQueryAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias, rope=rope,
+                                                   qk_norm=qk_norm)
         self.ffn = make_mlp(mlp, d_model, d_ff, dropout=dropout, bias=bias)
         self.norms = nn.ModuleList(make_norm(norm, d_model, eps=eps, bias=bias) for _ in range(n_norms))
         self.dropout = nn.Dropout(dropout)
@@ -218,9 +219,9 @@ class EncoderBlock(_Block):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.0,
                  mlp: str = "relu", norm: str = "layernorm", norm_position: str = "post", bias: bool = True,
-                 eps: float = 1e-5, n_kv_heads: int | None = None, rope: bool = False):
+                 eps: float = 1e-5, n_kv_heads: int | None = None, rope: bool = False, qk_norm: bool = False):
         super().__init__(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, bias, eps, n_norms=2,
-                         n_kv_heads=n_kv_heads, rope=rope)
+                         n_kv_heads=n_kv_heads, rope=rope, qk_norm=qk_norm)
 
     @property
     def norm_1(self) -> nn.Module:
@@ -284,9 +285,9 @@ class DecoderBlock(_Block):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.0,
                  mlp: str = "relu", norm: str = "layernorm", norm_position: str = "post", bias: bool = True,
-                 eps: float = 1e-5, n_kv_heads: int | None = None, rope: bool = False):
+                 eps: float = 1e-5, n_kv_heads: int | None = None, rope: bool = False, qk_norm: bool = False):
         super().__init__(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, bias, eps, n_norms=3,
-                         n_kv_heads=n_kv_heads, rope=rope)
+                         n_kv_heads=n_kv_heads, rope=rope, qk_norm=qk_norm)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=float(self.dropout.p), bias=bias)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,

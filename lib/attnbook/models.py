@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from . import _checks, positional
@@ -144,6 +145,7 @@ class TransformerConfig:
     src_vocab_size: int | None = None
     n_encoder_layers: int | None = None
     n_kv_heads: int | None = None  # key/value heads of grouped-query attention (None: multi-head attention)
+    qk_norm: bool = False  # LayerNorm on each head's queries and keys (scaling and practice)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
@@ -177,7 +179,7 @@ class TransformerConfig:
         """The keyword arguments of ``EncoderBlock`` / ``DecoderBlock`` that this config sets."""
         return dict(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout, mlp=self.mlp,
                     norm=self.norm, norm_position=self.norm_position, bias=self.bias, eps=self.eps,
-                    n_kv_heads=self.n_kv_heads, rope=self.positional == "rope")
+                    n_kv_heads=self.n_kv_heads, rope=self.positional == "rope", qk_norm=self.qk_norm)
 
 
 def _check_config(config) -> TransformerConfig:
@@ -360,9 +362,14 @@ class GPT(nn.Module):
         _add_output_layers(self, config)
         INITS[config.init](self, config.n_layers)
 
-    def forward(self, idx: torch.Tensor, *, return_weights: bool = False, caches: list | None = None):
+    def forward(self, idx: torch.Tensor, *, return_weights: bool = False, caches: list | None = None,
+                checkpoint: bool = False):
         """Logits for ``idx``; with ``caches`` (one :class:`~attnbook.attention.KVCache` per layer, see
-        :meth:`new_caches`) ``idx`` holds only the new tokens, which follow the ones already cached."""
+        :meth:`new_caches`) ``idx`` holds only the new tokens, which follow the ones already cached.
+
+        ``checkpoint=True`` runs each block under ``torch.utils.checkpoint``: the forward pass keeps only
+        the blocks' inputs, and the backward pass recomputes each block's activations (activation
+        checkpointing, chapter on scaling and practice). It is for training; it changes nothing else."""
         _check_ids("idx", idx, self.config.vocab_size, self.config.block_size)
         offset = 0
         if caches is not None:
@@ -380,6 +387,8 @@ class GPT(nn.Module):
                 x, w = block(x, is_causal=True, return_weights=True,
                              cache=None if caches is None else caches[i])
                 weights.append(w)  # (B, H, T, T)
+            elif checkpoint and caches is None and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, is_causal=True, use_reentrant=False)  # (B, T, D)
             else:
                 x = block(x, is_causal=True, cache=None if caches is None else caches[i])  # (B, T, D)
         logits = self.lm_head(self.norm_f(x))  # (B, T, V)

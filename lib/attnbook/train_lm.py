@@ -40,8 +40,8 @@ from . import _checks, data, train
 from .measure import count_parameters
 from .models import GPT, TransformerConfig, lm_loss, lm_loss_sum
 
-__all__ = ["TrainConfig", "RECIPES", "Trainer", "CheckpointError", "make_optimizer", "load_checkpoint",
-           "load_model", "train_run", "main"]
+__all__ = ["TrainConfig", "RECIPES", "scaling_lr", "scaling_recipe", "Trainer", "CheckpointError", "make_optimizer",
+           "load_checkpoint", "load_model", "train_run", "main"]
 
 CHECKPOINT_FORMAT = "attnbook.train_lm/1"
 
@@ -62,6 +62,7 @@ class TrainConfig:
     mlp: str = "gelu"
     positional: str = "learned"
     tie_weights: bool = True
+    qk_norm: bool = False
     # optimisation: AdamW, linear warmup then cosine decay to lr * min_lr_factor at `steps`
     batch_size: int = 12  # windows per process and step
     steps: int = 2000
@@ -112,7 +113,7 @@ class TrainConfig:
         return TransformerConfig(vocab_size=vocab_size, block_size=self.block_size, n_layers=self.n_layers,
                                  n_heads=self.n_heads, d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout,
                                  bias=self.bias, norm_position=self.norm_position, mlp=self.mlp,
-                                 positional=self.positional, tie_weights=self.tie_weights)
+                                 positional=self.positional, tie_weights=self.tie_weights, qk_norm=self.qk_norm)
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -140,6 +141,37 @@ RECIPES: dict[str, TrainConfig] = {
     "book": TrainConfig(n_layers=2, n_heads=4, d_model=96, block_size=64, mlp="relu", batch_size=24, steps=900,
                         lr=6e-3, warmup_steps=40, min_lr_factor=0.05, eval_every=50, checkpoint_every=100),
 }
+
+
+
+def scaling_lr(d_model: int) -> float:
+    """The peak learning rate of the scaling grid for a model of width ``d_model``: 0.03 * (16 / d_model)^0.75.
+
+    Fitted to short sweeps at widths 16, 32 and 96 (``benchmarks/README.md``): narrower models take larger
+    steps. Chapter: scaling and practice.
+    """
+    return 0.03 * (16 / _checks.positive_int("d_model", d_model)) ** 0.75
+
+
+def scaling_recipe(n_layers: int, d_model: int, n_heads: int, tokens: int, *, seed: int = 0, batch_size: int = 16,
+                   block_size: int = 64) -> TrainConfig:
+    """The book's recipe resized for the scaling grid: a model shape and a budget of training tokens.
+
+    Everything else is the lab's recipe; the rule that changes with the size is the peak learning rate
+    (:func:`scaling_lr`); the schedule fits the budget: ``tokens // (batch_size * block_size)`` steps, warmup
+    over the first 5% (at least 5 steps), cosine decay to a tenth of the peak at the last step.
+
+    Chapter: scaling and practice.
+    """
+    tokens = _checks.positive_int("tokens", tokens)
+    steps = tokens // (batch_size * block_size)
+    if steps < 10:
+        raise ValueError(f"tokens must buy at least 10 steps of {batch_size} x {block_size} tokens, got {tokens}")
+    return RECIPES["book"].replace(n_layers=n_layers, d_model=d_model, n_heads=n_heads, batch_size=batch_size,
+                                   block_size=block_size, steps=steps, lr=scaling_lr(d_model),
+                                   warmup_steps=max(5, steps // 20), min_lr_factor=0.1, seed=seed, eval_every=steps,
+                                   checkpoint_every=steps, sample_chars=0)
+
 
 # fields that may differ when a run is resumed: they change what is logged or saved, not what is computed
 _RESUMABLE_CHANGES = {"eval_every", "checkpoint_every", "log_every", "sample_chars", "device", "threads",
