@@ -1,0 +1,262 @@
+"""The scaling grid: the lab's GPT at 7 sizes x 5 token budgets x 2 seeds on Tiny Shakespeare (characters).
+
+Every run trains the lab's model (``attnbook.train_lm``, the book's recipe: pre-norm, ReLU, no biases,
+tied embeddings, learned positions, context 64) from scratch with its own warmup and cosine schedule,
+sized to its own token budget, and reports the mean loss on the whole validation split. From the runs:
+
+- loss against non-embedding parameters N at the largest budget, fitted with L = L_inf + (N_c / N)^alpha,
+  and alpha's uncertainty by resampling the seeds (``attnbook.scaling``);
+- loss against tokens, one curve per size;
+- the compute-optimal size: at each compute budget C = 6 N D, each size's loss is interpolated between
+  its runs, a parabola in ln N gives the best size N_opt(C), and N_opt ~ C^a is fitted.
+
+How each run is set (the rule, the same for every size):
+
+- batches of 16 windows of 64 characters, 1,024 tokens per step; the budgets are 2^17 to 2^21 tokens
+  (128 to 2,048 steps; the largest is about 2.1 passes over the training text);
+- peak learning rate lr(D) = 0.03 * (16 / D)^0.75 for width D (``train_lm.scaling_lr``, fitted to short
+  sweeps at widths 16, 32 and 96, listed in ``LR_SWEEPS`` and the README section), warmup over the first
+  5% of the steps (at least 5), cosine decay to a tenth of the peak at the last step, AdamW (0.9, 0.99),
+  weight decay 0.1, clipping at 1 (``train_lm.scaling_recipe``).
+
+The runs are shared out over ``--workers`` processes of one thread each, the most expensive first. Each
+finished run is appended to a JSON-lines file (``--runs``), so an interrupted grid continues where it
+stopped when started again.
+
+    .venv/bin/python benchmarks/bench_scaling.py                       # the full grid, 2 workers
+    .venv/bin/python benchmarks/bench_scaling.py --smoke               # 2 tiny sizes, 2 short budgets
+    .venv/bin/python benchmarks/bench_scaling.py --readme-only         # rewrite the table from the JSON
+
+Writes benchmarks/results/scaling.json and the section between the bench_scaling markers of
+benchmarks/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from attnbook import measure, models, scaling, train_lm
+from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "scaling.json"
+RUNS = HERE / "results" / "scaling_runs.jsonl"
+
+# (n_layers, d_model, n_heads): widths and depths grow together, from 3 thousand to 440 thousand
+# non-embedding parameters (2.15 decades).
+SIZES = [(1, 16, 2), (1, 24, 2), (2, 24, 2), (2, 32, 4), (2, 48, 4), (3, 64, 4), (4, 96, 4)]
+BUDGETS = [2 ** k for k in range(17, 22)]  # tokens: 131,072 to 2,097,152
+SEEDS = [0, 1]
+BATCH, CONTEXT = 16, 64
+
+
+def run_config(size: tuple[int, int, int], tokens: int, seed: int) -> train_lm.TrainConfig:
+    return train_lm.scaling_recipe(*size, tokens, seed=seed, batch_size=BATCH, block_size=CONTEXT).replace(threads=1)
+
+
+def size_info(size: tuple[int, int, int]) -> dict:
+    config = run_config(size, BUDGETS[0], 0)
+    model = models.GPT(config.model_config(65))
+    flops = measure.transformer_flops(model)
+    return {"n_layers": size[0], "d_model": size[1], "n_heads": size[2], "lr": train_lm.scaling_lr(size[1]),
+            "n_params": measure.count_parameters(model),
+            "non_embedding": measure.count_parameters(model, non_embedding=True), "n": flops.n,
+            "training_flops_per_token": flops.training, "six_n": flops.six_n}
+
+
+def cost(job: tuple) -> float:
+    size, tokens, _ = job
+    return tokens * (size_info(size)["training_flops_per_token"] + 2e5)  # + a fixed cost per token and step
+
+
+def train_one(job: tuple) -> dict:
+    """Train one (size, tokens, seed) run; evaluate on the whole validation split at powers of two and at the end."""
+    size, tokens, seed = job
+    torch.set_num_threads(1)
+    config = run_config(size, tokens, seed)
+    trainer = train_lm.Trainer(config, device="cpu")
+    curve = []
+    start = time.perf_counter()
+    losses = []
+    while trainer.step < config.steps:
+        losses.append(trainer.train_step())
+        s = trainer.step
+        if (s >= 128 and s & (s - 1) == 0) or s == config.steps:
+            curve.append({"step": s, "tokens": s * BATCH * CONTEXT, "val_loss": round(trainer.evaluate(), 5)})
+    tail = losses[-max(1, len(losses) // 10):]
+    return {"n_layers": size[0], "d_model": size[1], "n_heads": size[2], "tokens": tokens, "seed": seed,
+            "steps": config.steps, "lr": config.lr, "warmup_steps": config.warmup_steps,
+            "val_loss": curve[-1]["val_loss"], "train_loss": round(sum(tail) / len(tail), 5), "curve": curve,
+            "train_seconds": round(trainer.train_seconds, 2), "seconds": round(time.perf_counter() - start, 2)}
+
+
+def key(run: dict) -> tuple:
+    return (run["n_layers"], run["d_model"], run["n_heads"], run["tokens"], run["seed"])
+
+
+def analyse(result: dict) -> dict:
+    """Fits of the grid's results: the law in N at the largest budget, and the compute-optimal sizes."""
+    sizes = {(s["n_layers"], s["d_model"], s["n_heads"]): s for s in result["sizes"]}
+    runs = result["runs"]
+    seeds = sorted({r["seed"] for r in runs})
+    budgets = sorted({r["tokens"] for r in runs})
+    largest = budgets[-1]
+    by = {key(r): r["val_loss"] for r in runs}
+    complete = [s for s in sizes if all(s + (largest, seed) in by for seed in seeds)]
+    out = {"budget_for_n": largest, "seeds": seeds}
+    if len(complete) >= 3:
+        n = [sizes[s]["non_embedding"] for s in complete]
+        loss = [[by[s + (largest, seed)] for seed in seeds] for s in complete]
+        boot = scaling.bootstrap_scaling_law(n, loss, n_boot=1000, seed=0) if len(seeds) > 1 else None
+        fit = boot.fit if boot else scaling.fit_scaling_law(n, [row[0] for row in loss])
+        out["law_in_n"] = {"alpha": fit.alpha, "N_c": fit.x_c, "L_inf": fit.L_inf, "rmse": fit.rmse,
+                           "alpha_interval_90": boot.interval(0.9) if boot else None,
+                           "alpha_std": boot.std if boot else None}
+    # the compute-optimal frontier, on the mean over seeds of each (size, budget)
+    cells = [(sizes[s]["non_embedding"], t, [by[s + (t, seed)] for seed in seeds if s + (t, seed) in by])
+             for s in sizes for t in budgets]
+    cells = [(n, t, sum(v) / len(v)) for n, t, v in cells if v]
+    if cells:
+        compute = [6 * n * t for n, t, _ in cells]
+        grid = [min(compute) * (max(compute) / min(compute)) ** (i / 24) for i in range(25)]
+        frontier = scaling.compute_optimal_frontier([c[0] for c in cells], [c[1] for c in cells],
+                                                    [c[2] for c in cells], grid)
+        out["frontier"] = [{"compute": f.compute, "n_opt": f.n_opt, "loss_opt": f.loss_opt} for f in frontier]
+        if len(frontier) >= 3:
+            a, coef = measure.fit_power_law([f.compute for f in frontier], [f.n_opt for f in frontier])
+            out["n_opt_exponent"] = a
+            out["n_opt_coefficient"] = coef
+    return out
+
+
+def markdown(result: dict) -> str:
+    sizes = result["sizes"]
+    budgets = sorted({r["tokens"] for r in result["runs"]})
+    seeds = sorted({r["seed"] for r in result["runs"]})
+    by = {key(r): r["val_loss"] for r in result["runs"]}
+    head = "| model (layers x width) | non-embedding N | lr | " + " | ".join(f"{t / 2**20:g} Mi tokens" for t in budgets) + " |"
+    rows = [head, "|---|---:|---:|" + "---:|" * len(budgets)]
+    for s in sizes:
+        cells = []
+        for t in budgets:
+            values = [by[k] for k in [(s["n_layers"], s["d_model"], s["n_heads"], t, seed) for seed in seeds] if k in by]
+            cells.append(f"{sum(values) / len(values):.3f}" if values else "")
+        rows.append(f"| {s['n_layers']} x {s['d_model']} | {s['non_embedding']:,} | {s['lr']:.4f} | " + " | ".join(cells) + " |")
+    a = result["analysis"]
+    lines = ["Validation loss (nats per character, whole validation split), mean over seeds "
+             f"{', '.join(map(str, seeds))}; each cell is a run trained to that many tokens with its own schedule.",
+             "", *rows, ""]
+    law = a.get("law_in_n")
+    if law:
+        interval = law["alpha_interval_90"]
+        lines.append(f"Fit at {a['budget_for_n'] / 2**20:g} Mi tokens: L(N) = {law['L_inf']:.3f} + "
+                     f"({law['N_c']:.3g} / N)^{law['alpha']:.3f}" + (
+                         f", alpha 90% bootstrap interval [{interval[0]:.3f}, {interval[1]:.3f}] (seeds resampled)"
+                         if interval else "") + f"; rms error {law['rmse']:.4f}.")
+    if "n_opt_exponent" in a:
+        lines.append(f"Compute-optimal size: N_opt ~ C^{a['n_opt_exponent']:.2f} over "
+                     f"{len(a['frontier'])} budgets from {a['frontier'][0]['compute']:.2g} to "
+                     f"{a['frontier'][-1]['compute']:.2g} FLOPs (C = 6 N D, N non-embedding).")
+    m = result["machine"]
+    lines += ["", f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor']}), torch {m['torch']}, "
+              f"{result['workers']} worker processes of 1 thread; {len(result['runs'])} runs in "
+              f"{result['wall_seconds'] / 60:.0f} min of wall time; load average {m['load_start']} at the start "
+              f"and {m['load_end']} at the end (the machine is shared).",
+              "", "Learning-rate rule lr(D) = 0.03 (16 / D)^0.75, from short sweeps (1 Mi tokens, one seed):", "",
+              LR_SWEEPS]
+    return "\n".join(lines) + "\n"
+
+
+# Short sweeps that set the rule (1,302 steps of 12 windows of 64 characters, about 1 M tokens, seed 1337,
+# GELU instead of ReLU; one thread on the shared machine, 2026-11-23).
+LR_SWEEPS = """| model | peak learning rate: validation loss | the rule gives |
+|---|---|---|
+| 1 x 16 | 0.003: 2.473, 0.006: 2.324, 0.012: 2.269, **0.024: 2.194**, 0.048: 2.211, 0.096: 2.291 | 0.030 |
+| 2 x 32 | 0.006: 2.107, **0.012: 2.025**, 0.024: 2.044 | 0.018 |
+| 4 x 96 | 0.002: 2.000, 0.004: 1.928, **0.008: 1.892**, 0.016: 1.927 | 0.0078 |
+"""
+
+
+def write_readme(result: dict) -> None:
+    start, end = markers("bench_scaling")
+    write_section("bench_scaling", f"{start}\n## Scaling laws in miniature (`bench_scaling.py`)\n\n"
+                                   f"{markdown(result)}{end}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--runs", type=Path, default=RUNS, help="JSON lines of finished runs (to continue a grid)")
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--readme-only", action="store_true", help="rewrite the README section from --out")
+    parser.add_argument("--smoke", action="store_true", help="2 tiny sizes, 2 short budgets, 1 seed: a quick check")
+    args = parser.parse_args(argv)
+    if args.readme_only:
+        result = json.loads(args.out.read_text())
+        result["analysis"] = analyse(result)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        write_readme(result)
+        return 0
+    os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
+    global SIZES, BUDGETS
+    if args.smoke:
+        SIZES, BUDGETS = [(1, 16, 2), (1, 24, 2), (2, 24, 2)], [2 ** 14, 2 ** 15]
+        args.seeds, args.no_readme = [0], True
+        args.out = args.out.with_name("scaling_smoke.json")
+        args.runs = args.runs.with_name("scaling_smoke_runs.jsonl")
+    jobs = [(size, tokens, seed) for seed in args.seeds for size in SIZES for tokens in BUDGETS]
+    done = {}
+    if args.runs.exists():
+        for line in args.runs.read_text().splitlines():
+            if line.strip():
+                run = json.loads(line)
+                done[key(run)] = run
+    todo = [j for j in jobs if (j[0] + (j[1], j[2])) not in done]
+    resumed = len(done) > 0
+    todo.sort(key=lambda j: (j[2], -cost(j)))  # seed 0 first, then the most expensive first
+    print(f"{len(jobs)} runs in the grid, {len(done)} already done, {len(todo)} to train", flush=True)
+    load_start = loadavg()
+    wall = time.perf_counter()
+    args.runs.parent.mkdir(parents=True, exist_ok=True)
+    with mp.get_context("spawn").Pool(args.workers) as pool, open(args.runs, "a") as log:
+        for run in pool.imap_unordered(train_one, todo):
+            done[key(run)] = run
+            log.write(json.dumps(run) + "\n")
+            log.flush()
+            print(f"[{time.perf_counter() - wall:7.0f} s] {run['n_layers']}x{run['d_model']} {run['tokens']:>9,} tokens "
+                  f"seed {run['seed']}: val {run['val_loss']:.4f} in {run['seconds']:.0f} s", flush=True)
+    wall_seconds = time.perf_counter() - wall
+    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+    result = {
+        "benchmark": "bench_scaling", "date": time.strftime("%Y-%m-%d %H:%M"),
+        "wall_seconds": round(wall_seconds + (previous.get("wall_seconds", 0) if resumed else 0), 1),
+        "workers": args.workers, "batch_size": BATCH, "block_size": CONTEXT,
+        "lr_rule": "0.03 * (16 / d_model) ** 0.75", "warmup_rule": "max(5, steps // 20)",
+        "sizes": [size_info(s) for s in SIZES],
+        "runs": sorted((done[k] for k in done if k[:3] in SIZES and k[3] in BUDGETS and k[4] in args.seeds),
+                       key=lambda r: key(r)),
+        "machine": {"cpus": os.cpu_count(), "processor": cpu_name(), "torch": torch.__version__,
+                    "python": platform.python_version(), "load_start": load_start, "load_end": loadavg()},
+    }
+    result["analysis"] = analyse(result)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+    if not args.no_readme:
+        write_readme(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    sys.exit(main())
