@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from attnbook.attention import (GroupedQueryAttention, MultiHeadAttention, causal_mask, padding_mask,
                                 scaled_dot_product_attention)
 from attnbook.blocks import EncoderBlock
+from test_multi_head_attention import per_head_loop
 
 TOL64 = dict(atol=1e-10, rtol=1e-9)
 
@@ -50,22 +51,6 @@ def test_zero_bias_and_row_constant_bias_change_nothing():
     torch.testing.assert_close(scaled_dot_product_attention(q, k, v, score_bias=favour), v[:, 4:5].expand(3, 6, 8))
 
 
-def per_head_loop(mha, x, bias, mask=None):
-    """Multi-head attention with a per-head bias, one head at a time, written out."""
-    Dh = mha.d_head
-    heads = []
-    for h in range(mha.n_heads):
-        cols = slice(h * Dh, (h + 1) * Dh)
-        q = x @ mha.W_q.weight[cols].T + mha.W_q.bias[cols]  # (B, T, Dh)
-        k = x @ mha.W_k.weight[cols].T + mha.W_k.bias[cols]  # (B, T, Dh)
-        v = x @ mha.W_v.weight[cols].T + mha.W_v.bias[cols]  # (B, T, Dh)
-        s = q @ k.transpose(-2, -1) / math.sqrt(Dh) + bias[:, h]  # (B, T, T)
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        heads.append(torch.softmax(s, dim=-1) @ v)  # (B, T, Dh)
-    return mha.W_o(torch.cat(heads, dim=-1))  # (B, T, D)
-
-
 def test_multi_head_per_head_bias_both_paths_equal_a_loop():
     torch.manual_seed(0)
     mha = MultiHeadAttention(12, 3).double().eval()
@@ -73,7 +58,7 @@ def test_multi_head_per_head_bias_both_paths_equal_a_loop():
     bias = randn(2, 3, 5, 5, seed=2) * 2
     mask = padding_mask([5, 3]).expand(2, 5, 5)  # (B, T, T)
     for m in (None, mask):
-        expected = per_head_loop(mha, x, bias, m)
+        expected = per_head_loop(mha, x, x, m, bias)
         out, _ = mha(x, mask=m, score_bias=bias, return_weights=True)
         torch.testing.assert_close(out, expected, **TOL64)
         torch.testing.assert_close(mha(x, mask=m, score_bias=bias), expected, **TOL64)
