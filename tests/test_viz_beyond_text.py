@@ -44,3 +44,14 @@ def test_image_attention_slider_can_put_two_panels_to_a_row():
     assert not any(trace.showlegend for trace in fig.data if trace.type == "contour")
     one_row = viz.image_attention_slider(images, maps)
     assert one_row.layout.yaxis4.domain == one_row.layout.yaxis1.domain
+
+
+def test_graph_figure_draws_a_ring_as_a_convex_polygon():
+    ring = [0, 2, 4, 1, 3]  # a ring whose node numbers are not in ring order
+    A = graphs.adjacency_from_edges([(ring[i], ring[(i + 1) % 5]) for i in range(5)], 5)
+    fig = viz.graph_figure(A)
+    xy = np.stack([fig.data[1].x, fig.data[1].y], axis=1)[ring + ring[:1]]  # the nodes in ring order
+    angles = np.unwrap(np.arctan2(*(xy - xy[:5].mean(0)).T[::-1]))
+    steps = np.diff(angles)
+    assert np.all(steps > 0) or np.all(steps < 0)  # every edge turns the same way: no crossing edges
+    assert abs(abs(angles[-1] - angles[0]) - 2 * np.pi) < 1e-6  # once round

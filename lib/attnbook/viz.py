@@ -620,7 +620,9 @@ def _component_layout(A: np.ndarray) -> np.ndarray:
         nodes = sorted(nodes)
         radius = np.sqrt(len(nodes))
         if len(nodes) > 1:
-            layout = nx.kamada_kawai_layout(graph.subgraph(nodes))
+            sub = graph.subgraph(nodes)
+            start = nx.spectral_layout(sub) if len(nodes) > 2 else None  # a ring comes out as a circle, in order
+            layout = nx.kamada_kawai_layout(sub, pos=start)
             xy = np.array([layout[i] for i in nodes])
             xy = xy / max(np.abs(xy).max(), 1e-9) * radius
         else:
