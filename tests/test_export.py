@@ -78,8 +78,8 @@ def test_notebook_output_is_text_and_the_widget(small):
     bundle = exported._repr_mimebundle_()
     assert "tiny.onnx" in bundle["text/plain"]
     widget = bundle[export.MIME_TYPE]
-    assert widget == {"format": export.FORMAT, "name": "tiny", "title": "A tiny GPT", "onnx": "tiny.onnx",
-                      "sha256": exported.meta["sha256"], "prompt": "abc"}
+    assert widget == {"format": export.FORMAT, "name": "tiny", "kind": "lm", "title": "A tiny GPT",
+                      "onnx": "tiny.onnx", "sha256": exported.meta["sha256"], "prompt": "abc"}
 
 
 def test_export_dir_follows_the_environment(monkeypatch, tmp_path):
@@ -139,3 +139,65 @@ def test_prompt_is_always_a_valid_input(text, block_size):
     assert 1 <= len(p.ids) <= block_size and all(0 <= i < len(VOCAB) for i in p.ids)
     assert p.text == kept[-block_size:] and "".join(VOCAB[i] for i in p.ids) == p.text
     assert p.cropped == len(kept) - len(p.text) and set(p.dropped) == set(text) - set(VOCAB)
+
+
+class TwoJobs(torch.nn.Module):
+    """Like chapter 07's three-jobs model: embedding + positions, one multi-head attention layer, a read-out per job."""
+
+    def __init__(self, vocab_size=6, d_model=12, n_heads=2, max_len=10):
+        super().__init__()
+        from attnbook import attention, positional
+
+        self.embed = torch.nn.Embedding(vocab_size, d_model)
+        self.positions = positional.SinusoidalPositionalEncoding(d_model, max_len=max_len)
+        self.attn = attention.MultiHeadAttention(d_model, n_heads, bias=False)
+        self.readout = torch.nn.ModuleDict({"same": torch.nn.Linear(d_model, vocab_size),
+                                            "kind": torch.nn.Linear(d_model, 2)})
+
+    def forward(self, ids):  # (B, T) -> {job: (B, T, C)}, (B, H, T, T)
+        mixed, weights = self.attn(self.positions(self.embed(ids)), return_weights=True)
+        return {job: layer(mixed) for job, layer in self.readout.items()}, weights
+
+
+@pytest.fixture(scope="module")
+def tagger(tmp_path_factory):
+    torch.manual_seed(1)
+    model = TwoJobs().eval()
+    exported = export.tagger_to_onnx(model, "two_jobs", vocab="abcdXY", jobs={"same": "abcdXY", "kind": "lu"},
+                                     max_len=10, prompt="abX", directory=tmp_path_factory.mktemp("tagger"))
+    return model, exported
+
+
+@pytest.mark.parametrize("T", [1, 4, 10])
+def test_tagger_onnx_runtime_equals_pytorch(tagger, T):
+    model, exported = tagger
+    ids = torch.randint(0, 6, (1, T), generator=torch.Generator().manual_seed(T))
+    same, kind, weights = export.run_onnx(exported.onnx_path, ids)
+    with torch.no_grad():
+        ref, ref_weights = model(ids)
+    np.testing.assert_allclose(same, ref["same"].numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(kind, ref["kind"].numpy(), atol=1e-5, rtol=0)
+    assert weights.shape == (1, 1, 2, T, T)
+    np.testing.assert_allclose(weights[:, 0], ref_weights.numpy(), atol=1e-5, rtol=0)
+
+
+def test_tagger_description(tagger):
+    _, exported = tagger
+    meta = export.load_meta(exported.meta_path)
+    assert meta["kind"] == "tagger" and meta["causal"] is False and meta["n_layers"] == 1 and meta["n_heads"] == 2
+    assert meta["block_size"] == 10 and meta["start"] == "a" and meta["prompt"] == "abX"
+    assert meta["jobs"] == [{"name": "same", "labels": "abcdXY", "output": "logits_0"},
+                            {"name": "kind", "labels": "lu", "output": "logits_1"}]
+    assert exported.weights_path is None and not exported.meta_path.with_suffix(".pt").exists()
+    assert exported._repr_mimebundle_()[export.MIME_TYPE]["kind"] == "tagger"
+
+
+@pytest.mark.parametrize("jobs, message", [
+    ({"same": "abcdXY"}, "jobs"),  # a job missing
+    ({"same": "abc", "kind": "lu"}, "has 3 labels"),  # wrong number of labels
+    ({}, "jobs must map"),
+])
+def test_tagger_checks_its_jobs(tagger, tmp_path, jobs, message):
+    model, _ = tagger
+    with pytest.raises(ValueError, match=message):
+        export.tagger_to_onnx(model, "x", vocab="abcdXY", jobs=jobs, max_len=10, directory=tmp_path)

@@ -1,12 +1,13 @@
-"""The model in the page: export a trained GPT to ONNX, with every head's attention weights.
+"""The model in the page: export a trained model to ONNX, with every head's attention weights.
 
-:func:`to_onnx` writes three files into a folder (``ATTNBOOK_EXPORT_DIR``, else ``./exported``):
+:func:`to_onnx` exports a language model (``GPT``); :func:`tagger_to_onnx` a model that labels every
+position for several jobs. Each writes into a folder (``ATTNBOOK_EXPORT_DIR``, else ``./exported``):
 
 - ``NAME.onnx``: the model, input ``ids`` (1, T) for any 1 <= T <= block_size, outputs ``logits``
-  (1, T, V) and ``weights`` (1, L, H, T, T), the attention weights of every layer and head;
+  (1, T, V) and ``weights`` (1, n_layers, H, T, T), the attention weights of every layer and head;
 - ``NAME.json``: what a program needs to use it (vocabulary, context, the empty-prompt rule, sampling
   defaults, the model's configuration), so that nothing is written twice by hand;
-- ``NAME.pt``: the PyTorch weights, to rebuild the model with :func:`load_torch`.
+- ``NAME.pt`` (language models): the PyTorch weights, to rebuild the model with :func:`load_torch`.
 
 The HTML book runs ``NAME.onnx`` in the reader's browser with onnxruntime-web; in Python,
 :func:`run_onnx` runs it with onnxruntime. :func:`prompt_ids` is the rule that turns typed text into
@@ -15,9 +16,9 @@ the model's input, the same in the page and here.
 Shapes:
     ids:     (1, T), 1 <= T <= block_size
     logits:  (1, T, V)
-    weights: (1, L, H, T, T), L = n_layers, H = n_heads
+    weights: (1, n_layers, H, T, T)
 
-Chapter: the lab (12: the model in the page).
+Chapter: the lab (12: the model in the page); multi-head attention (07: the three-jobs model).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from torch import nn
 from . import _checks
 from .models import GPT, TransformerConfig
 
-__all__ = ["FORMAT", "MIME_TYPE", "Exported", "Prompt", "export_dir", "to_onnx", "load_meta", "load_torch",
+__all__ = ["FORMAT", "MIME_TYPE", "Exported", "Prompt", "export_dir", "to_onnx", "tagger_to_onnx", "load_meta", "load_torch",
            "onnx_session", "run_onnx", "prompt_ids"]
 
 FORMAT = "attnbook.inpage/1"
@@ -62,7 +63,7 @@ class _LogitsAndWeights(nn.Module):
 
     def forward(self, ids: torch.Tensor):
         logits, weights = self.model(ids, return_weights=True)  # (1, T, V), L x (1, H, T, T)
-        return logits, torch.stack(weights, dim=1)  # (1, T, V), (1, L, H, T, T)
+        return logits, torch.stack(weights, dim=1)  # (1, T, V), (1, n_layers, H, T, T)
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,17 @@ class Exported:
 
     onnx_path: Path
     meta_path: Path
-    weights_path: Path
+    weights_path: Path | None  # the PyTorch weights (language models only)
     meta: dict = field(repr=False)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         size = self.onnx_path.stat().st_size / 1e6
-        text = (f"Exported {self.meta['name']}: {self.onnx_path} ({size:.1f} MB), {self.meta_path.name} and "
-                f"{self.weights_path.name}. The HTML book runs this model in the page.")
+        files = ", ".join(p.name for p in (self.meta_path, self.weights_path) if p is not None)
+        text = (f"Exported {self.meta['name']}: {self.onnx_path} ({size:.1f} MB) and {files}. "
+                "The HTML book runs this model in the page.")
         return {"text/plain": text,
-                MIME_TYPE: {"format": FORMAT, "name": self.meta["name"], "title": self.meta["title"],
-                            "onnx": self.meta["onnx"], "sha256": self.meta["sha256"],
-                            "prompt": self.meta["prompt"]}}
+                MIME_TYPE: {key: self.meta[key] for key in ("format", "name", "kind", "title", "onnx", "sha256",
+                                                           "prompt")}}
 
 
 def _sha256(path: Path) -> str:
@@ -106,10 +107,41 @@ def _quiet_exporter():
         logger.setLevel(level)
 
 
+def _check_common(name, vocab, n_vocab, title, prompt, start, opset) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"name must be lower-case letters, digits, '_' or '-' (a file name), got {name!r}")
+    if not isinstance(vocab, str) or len(vocab) != n_vocab or len(set(vocab)) != len(vocab):
+        raise ValueError(f"vocab must be a string of the model's {n_vocab} distinct characters in id order, "
+                         f"got {vocab!r:.80}")
+    if not isinstance(title, str) or not isinstance(prompt, str):
+        raise TypeError(f"title and prompt must be str, got {type(title).__name__} and {type(prompt).__name__}")
+    if not isinstance(start, str) or not start or any(c not in vocab for c in start):
+        raise ValueError(f"start must be a non-empty string of characters of vocab, got {start!r}")
+    _checks.positive_int("opset", opset)
+
+
+def _export(wrapper: nn.Module, folder, name: str, *, max_len: int, output_names: list[str], opset: int,
+            meta: dict) -> tuple[Path, Path, dict]:
+    """Export ``wrapper`` (ids (1, T) -> tensors) with a dynamic 1 <= T <= max_len; write NAME.onnx and NAME.json."""
+    folder = export_dir() if folder is None else Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path, meta_path = folder / f"{name}.onnx", folder / f"{name}.json"
+    example = (torch.zeros(1, min(max_len, 8), dtype=torch.long),)  # (1, T)
+    dynamic = ({1: torch.export.Dim("T", min=1, max=max_len)},) if max_len > 1 else None
+    with _quiet_exporter(), torch.no_grad():
+        torch.onnx.export(wrapper.eval(), example, str(onnx_path), dynamo=True, input_names=["ids"],
+                          output_names=output_names, dynamic_shapes=dynamic, opset_version=opset,
+                          verbose=False, report=False, external_data=False)
+    meta = {"format": FORMAT, "name": name, "onnx": onnx_path.name, "sha256": _sha256(onnx_path),
+            "bytes": onnx_path.stat().st_size, **meta}
+    meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return onnx_path, meta_path, meta
+
+
 def to_onnx(model: GPT, name: str, *, vocab: str, title: str = "", prompt: str = "", start: str = "\n",
             temperature: float = 0.8, top_k: int | None = None, max_new_tokens: int = 200,
             directory: str | Path | None = None, opset: int = 18) -> Exported:
-    """Export ``model`` to ``NAME.onnx`` with its attention weights, plus ``NAME.json`` and ``NAME.pt``.
+    """Export a language model ``model`` to ``NAME.onnx`` with its attention weights, plus ``NAME.json`` and ``NAME.pt``.
 
     ``vocab`` is the string of the model's characters in id order (``CharTokenizer.chars``); ``title``
     and ``prompt`` are the page's name for the model and the text its box starts with; ``start`` is the
@@ -119,51 +151,27 @@ def to_onnx(model: GPT, name: str, *, vocab: str, title: str = "", prompt: str =
     not changed. Needs the ``onnx`` and ``onnxscript`` packages.
 
     Shapes:
-        the ONNX model: ids (1, T) int64, 1 <= T <= block_size -> logits (1, T, V), weights (1, L, H, T, T)
+        the ONNX model: ids (1, T) int64, 1 <= T <= block_size -> logits (1, T, V), weights (1, n_layers, H, T, T)
     """
     if not isinstance(model, GPT):
         raise TypeError(f"model must be an attnbook.models.GPT, got {type(model).__name__}")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"name must be lower-case letters, digits, '_' or '-' (a file name), got {name!r}")
     config = model.config
-    if not isinstance(vocab, str) or len(vocab) != config.vocab_size or len(set(vocab)) != len(vocab):
-        raise ValueError(f"vocab must be a string of the model's {config.vocab_size} distinct characters in id "
-                         f"order, got {vocab!r:.80}")
-    if not isinstance(title, str) or not isinstance(prompt, str):
-        raise TypeError(f"title and prompt must be str, got {type(title).__name__} and {type(prompt).__name__}")
-    if not isinstance(start, str) or not start or any(c not in vocab for c in start):
-        raise ValueError(f"start must be a non-empty string of characters of vocab, got {start!r}")
+    _check_common(name, vocab, config.vocab_size, title, prompt, start, opset)
     temperature = _checks.positive_float("temperature", temperature, allow_zero=True)
     if top_k is not None:
         _checks.positive_int("top_k", top_k)
     _checks.positive_int("max_new_tokens", max_new_tokens)
-    _checks.positive_int("opset", opset)
-
-    folder = export_dir() if directory is None else Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    onnx_path, meta_path, weights_path = (folder / f"{name}{suffix}" for suffix in (".onnx", ".json", ".pt"))
 
     cpu_model = copy.deepcopy(model).to("cpu", torch.float32).eval()
-    wrapper = _LogitsAndWeights(cpu_model).eval()
-    T = min(config.block_size, 8)
-    example = (torch.zeros(1, T, dtype=torch.long),)  # (1, T)
-    dynamic = ({1: torch.export.Dim("T", min=1, max=config.block_size)},) if config.block_size > 1 else None
-    with _quiet_exporter(), torch.no_grad():
-        torch.onnx.export(wrapper, example, str(onnx_path), dynamo=True, input_names=["ids"],
-                          output_names=["logits", "weights"], dynamic_shapes=dynamic, opset_version=opset,
-                          verbose=False, report=False, external_data=False)
-    torch.save(cpu_model.state_dict(), weights_path)
-    meta = {
-        "format": FORMAT,
-        "name": name,
+    onnx_path, meta_path, meta = _export(_LogitsAndWeights(cpu_model), directory, name, max_len=config.block_size,
+                                         output_names=["logits", "weights"], opset=opset, meta={
+        "kind": "lm",  # next-token probabilities, sampling, causal attention
         "title": title or name,
-        "onnx": onnx_path.name,
-        "sha256": _sha256(onnx_path),
-        "bytes": onnx_path.stat().st_size,
         "vocab": vocab,
         "block_size": config.block_size,
         "n_layers": config.n_layers,
         "n_heads": config.n_heads,
+        "causal": True,
         "start": start,
         "prompt": prompt,
         "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
@@ -172,9 +180,76 @@ def to_onnx(model: GPT, name: str, *, vocab: str, title: str = "", prompt: str =
         # only the top_k largest logits (null: all), softmax, draw one
         "sampling": {"temperature": temperature, "top_k": top_k, "max_new_tokens": max_new_tokens},
         "config": config.to_dict(),
-    }
-    meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    })
+    weights_path = meta_path.with_suffix(".pt")
+    torch.save(cpu_model.state_dict(), weights_path)
     return Exported(onnx_path, meta_path, weights_path, meta)
+
+
+class _JobsAndWeights(nn.Module):
+    """A model returning ({job: logits (1, T, C)}, weights (1, H, T, T)), as a tuple of tensors in job order."""
+
+    def __init__(self, model: nn.Module, jobs: list[str]):
+        super().__init__()
+        self.model, self.jobs = model, jobs
+
+    def forward(self, ids: torch.Tensor):
+        logits, weights = self.model(ids)  # {job: (1, T, C_job)}, (1, H, T, T)
+        return (*(logits[job] for job in self.jobs), weights.unsqueeze(1))  # ..., (1, 1, H, T, T)
+
+
+def tagger_to_onnx(model: nn.Module, name: str, *, vocab: str, jobs: dict[str, str], max_len: int,
+                   title: str = "", prompt: str = "", start: str | None = None,
+                   directory: str | Path | None = None, opset: int = 18) -> Exported:
+    """Export a model that labels every position for several jobs, with one attention layer's weights.
+
+    ``model(ids)`` must return ``({job: logits (1, T, C_job)}, weights (1, H, T, T))`` (as chapter 07's
+    three-jobs model does); ``jobs`` maps each job to the string of its ``C_job`` labels, in class order;
+    ``max_len`` is the longest input. The page shows, under each typed character, every job's most
+    likely label, and the heads' weights (not causal). ``start`` (default: the first character of
+    ``vocab``) is the input for an empty prompt. No ``NAME.pt`` is written: the class is the caller's.
+
+    Shapes:
+        the ONNX model: ids (1, T) int64, 1 <= T <= max_len -> one (1, T, C_job) per job, weights (1, 1, H, T, T)
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(jobs, dict) or not jobs or not all(isinstance(j, str) and isinstance(l, str) and l
+                                                         for j, l in jobs.items()):
+        raise ValueError(f"jobs must map each job's name to the string of its labels, got {jobs!r:.80}")
+    _checks.positive_int("max_len", max_len)
+    start = vocab[:1] if start is None and isinstance(vocab, str) else start
+    _check_common(name, vocab, len(vocab) if isinstance(vocab, str) else -1, title, prompt, start, opset)
+    cpu_model = copy.deepcopy(model).to("cpu", torch.float32).eval()
+    with torch.no_grad():
+        probe = torch.zeros(1, min(max_len, 4), dtype=torch.long)  # (1, T)
+        out = cpu_model(probe)
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict) and set(out[0]) == set(jobs)):
+        raise ValueError(f"model(ids) must return ({{job: logits}}, weights) with the jobs {sorted(jobs)}")
+    for job, labels in jobs.items():
+        if out[0][job].shape != (1, probe.shape[1], len(labels)):
+            raise ValueError(f"jobs[{job!r}] has {len(labels)} labels but the model gives logits of shape "
+                             f"{_checks.shape_str(out[0][job].shape)} for ids of shape {_checks.shape_str(probe.shape)}")
+    _checks.tensor("the weights model(ids) returns", out[1], ndim=4)
+    names = list(jobs)
+    onnx_path, meta_path, meta = _export(_JobsAndWeights(cpu_model, names), directory, name, max_len=max_len,
+                                         output_names=[f"logits_{i}" for i in range(len(names))] + ["weights"],
+                                         opset=opset, meta={
+        "kind": "tagger",  # every job's label at every position, attention over the whole input
+        "title": title or name,
+        "vocab": vocab,
+        "block_size": max_len,
+        "n_layers": 1,
+        "n_heads": out[1].shape[1],
+        "causal": False,
+        "start": start,
+        "prompt": prompt,
+        "jobs": [{"name": job, "labels": jobs[job], "output": f"logits_{i}"} for i, job in enumerate(names)],
+        "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
+        "outputs": {**{f"logits_{i}": f"float32 (1, T, {len(jobs[j])}): {j}" for i, j in enumerate(names)},
+                    "weights": "float32 (1, 1, n_heads, T, T)"},
+    })
+    return Exported(onnx_path, meta_path, None, meta)
 
 
 def load_meta(path: str | Path) -> dict:
@@ -206,18 +281,18 @@ def onnx_session(path: str | Path):
 
 
 def run_onnx(session, ids) -> tuple[np.ndarray, np.ndarray]:
-    """Run an exported model (a session from :func:`onnx_session`, or a path) on token ids.
+    """Run an exported model (a session from :func:`onnx_session`, or a path) on token ids: its outputs in order.
 
     Shapes:
         ids:    (1, T) or (T,) integers
-        return: logits (1, T, V), weights (1, L, H, T, T), float32 NumPy arrays
+        return: float32 NumPy arrays; for :func:`to_onnx`'s language model logits (1, T, V) and weights
+                (1, n_layers, H, T, T); for :func:`tagger_to_onnx`, one (1, T, C_job) per job, then weights
     """
     if isinstance(session, (str, Path)):
         session = onnx_session(session)
     ids = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
     ids = ids.astype(np.int64).reshape(1, -1)  # (1, T)
-    logits, weights = session.run(["logits", "weights"], {"ids": ids})
-    return logits, weights
+    return tuple(session.run(None, {"ids": ids}))
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ class InPageRenderer:
             NbMetadataCollector.add_js_file(env, env.docname, "attnbook-inpage", INPAGE_JS, {})
         title = html.escape(spec.get("title") or name)
         prompt = html.escape(spec.get("prompt", ""), quote=True).replace("\n", "&#10;")
-        markup = (f'<div class="attnbook-inpage" data-model="{html.escape(name, quote=True)}" '
+        kind = html.escape(spec.get("kind", "lm"), quote=True)
+        markup = (f'<div class="attnbook-inpage" data-model="{html.escape(name, quote=True)}" data-kind="{kind}" '
                   f'data-prompt="{prompt}" aria-label="{title}, running in this page">'
                   f"<p>{title}: this part of the page runs the model in your browser, with JavaScript.</p></div>")
         return [nodes.raw("", markup, format="html")]

@@ -6,9 +6,13 @@
 // by attnbook.export.to_onnx); it runs with onnxruntime-web on one WebAssembly thread. Nothing is loaded
 // until the widget scrolls into view or is used.
 //
+// A model that labels every position (data-kind="tagger", attnbook.export.tagger_to_onnx) gets a table of
+// its answers under the typed characters instead of the bars and the button.
+//
 // For tests, each widget exposes what it shows: data-state (idle, loading, ready, error), data-context (the
-// text the model read), data-probs (all next-character probabilities), data-first-ms and data-update-ms
-// (times), and the heatmap's data-weights (the matrix drawn) with data-layer and data-head.
+// text the model read), data-probs (all next-character probabilities) or data-answers (every job's
+// probabilities at every position), data-first-ms and data-update-ms (times), and the heatmap's
+// data-weights (the matrix drawn) with data-layer and data-head.
 (function () {
   "use strict";
 
@@ -113,6 +117,7 @@
   function Widget(root) {
     this.root = root;
     this.name = root.dataset.model;
+    this.tagger = root.dataset.kind === "tagger"; // labels every position (else: a language model)
     this.state("idle");
     this.busy = false;
     this.dirty = false;
@@ -120,8 +125,9 @@
     root.textContent = "";
     var id = "attnbook-inpage-" + this.name;
     var top = el("div", {"class": "attnbook-inpage-input"}, root);
-    el("label", {"for": id + "-text", text: "Type some text; the model predicts the next character."}, top);
-    this.text = el("textarea", {id: id + "-text", rows: "3", spellcheck: "false", autocomplete: "off",
+    el("label", {"for": id + "-text", text: this.tagger ? "Type a sequence; the table shows the model\u2019s " +
+       "answers at every position." : "Type some text; the model predicts the next character."}, top);
+    this.text = el("textarea", {id: id + "-text", rows: this.tagger ? "1" : "3", spellcheck: "false", autocomplete: "off",
                                 autocapitalize: "off"}, top);
     this.text.value = root.dataset.prompt || "";
     this.notes = el("p", {"class": "attnbook-inpage-notes", "aria-live": "polite"}, top);
@@ -129,10 +135,12 @@
 
     var panels = el("div", {"class": "attnbook-inpage-panels"}, root);
     var left = el("div", {"class": "attnbook-inpage-panel"}, panels);
-    el("h4", {text: "Next character"}, left);
+    el("h4", {text: this.tagger ? "Answers" : "Next character"}, left);
+    if (this.tagger) this.table = el("div", {"class": "attnbook-inpage-table"}, left);
     this.bars = el("div", {"class": "attnbook-inpage-bars", role: "list"}, left);
 
     var controls = el("div", {"class": "attnbook-inpage-controls"}, left);
+    controls.hidden = this.tagger;
     var t = el("label", {}, controls);
     t.append("temperature ");
     this.temperature = el("input", {type: "range", min: "0", max: "2", step: "0.05"}, t);
@@ -147,13 +155,18 @@
 
     var right = el("div", {"class": "attnbook-inpage-panel"}, panels);
     var pick = el("h4", {}, right);
-    pick.append("Attention weights, layer ");
-    this.layer = el("select", {"aria-label": "layer"}, pick);
-    pick.append(" head ");
+    pick.append("Attention weights, ");
+    var layer = el("span", {text: "layer "}, pick);
+    this.layer = el("select", {"aria-label": "layer"}, layer);
+    layer.append(" ");
+    pick.append("head ");
     this.head = el("select", {"aria-label": "head"}, pick);
     this.canvas = el("canvas", {"class": "attnbook-inpage-heatmap", role: "img"}, right);
     this.readout = el("p", {"class": "attnbook-inpage-readout",
                             text: "Row: a character reading (query); column: the character it reads (key)."}, right);
+
+    this.controls = [this.temperature, this.topK, this.length, this.button, this.layer, this.head];
+    this.controls.forEach(function (c) { c.disabled = true; }); // until the model is loaded
 
     var self = this;
     var start = function () { self.start(); };
@@ -220,24 +233,29 @@
   Widget.prototype.setUp = function () {
     var meta = this.meta, i;
     this.vocab = Array.from(meta.vocab);
-    this.temperature.value = meta.sampling.temperature;
-    this.temperatureOut.value = meta.sampling.temperature;
-    var choices = TOP_K_CHOICES.filter(function (v) { return v < meta.config.vocab_size; });
-    if (meta.sampling.top_k && choices.indexOf(meta.sampling.top_k) < 0) choices.push(meta.sampling.top_k);
-    choices.sort(function (a, b) { return a - b; });
-    el("option", {value: "", text: "all"}, this.topK);
-    choices.forEach(function (v) { el("option", {value: String(v), text: String(v)}, this.topK); }, this);
-    this.topK.value = meta.sampling.top_k ? String(meta.sampling.top_k) : "";
-    this.length.value = meta.sampling.max_new_tokens;
+    if (meta.sampling) { // a language model: the sampling controls start at the exported values
+      var sampling = meta.sampling, V = this.vocab.length;
+      this.temperature.value = sampling.temperature;
+      this.temperatureOut.value = sampling.temperature;
+      var choices = TOP_K_CHOICES.filter(function (v) { return v < V; });
+      if (sampling.top_k && choices.indexOf(sampling.top_k) < 0) choices.push(sampling.top_k);
+      choices.sort(function (a, b) { return a - b; });
+      el("option", {value: "", text: "all"}, this.topK);
+      choices.forEach(function (v) { el("option", {value: String(v), text: String(v)}, this.topK); }, this);
+      this.topK.value = sampling.top_k ? String(sampling.top_k) : "";
+      this.length.value = sampling.max_new_tokens;
+    }
     for (i = 0; i < meta.n_layers; i++) el("option", {value: String(i), text: String(i + 1)}, this.layer);
+    this.layer.parentNode.hidden = meta.n_layers === 1;
     for (i = 0; i < meta.n_heads; i++) el("option", {value: String(i), text: String(i + 1)}, this.head);
+    this.controls.forEach(function (c) { c.disabled = false; });
   };
 
   Widget.prototype.run = async function (ids) {
     var data = BigInt64Array.from(ids, function (v) { return BigInt(v); });
     var input = new this.ort.Tensor("int64", data, [1, ids.length]);
     var out = await this.session.run({ids: input});
-    return {logits: out.logits.data, weights: out.weights.data, T: ids.length};
+    return {outputs: out, logits: out.logits && out.logits.data, weights: out.weights.data, T: ids.length};
   };
 
   // Recompute for the text in the box; while a run is under way, remember to run again when it ends.
@@ -266,12 +284,10 @@
   };
 
   Widget.prototype.show = function (prompt, result) {
-    var self = this, V = this.vocab.length;
+    var V = this.vocab.length;
     this.prompt = prompt;
     this.result = result;
-    var probs = sampleProbs(this.lastLogits(result), 1, null);
     this.root.dataset.context = prompt.text;
-    this.root.dataset.probs = JSON.stringify(Array.from(probs));
     // notes on what the model read
     var notes = [];
     if (prompt.dropped.length) {
@@ -284,7 +300,15 @@
                                    (prompt.cropped === 1 ? " is" : "s are") + " left out.");
     this.notes.textContent = notes.join(" ") || ("The model reads " + prompt.ids.length + " character" +
                                                  (prompt.ids.length === 1 ? "" : "s") + ".");
-    // bars: the ten most likely next characters
+    if (this.tagger) this.showAnswers(result);
+    else this.showBars(result);
+    this.drawHeatmap();
+  };
+
+  // A language model: bars of the ten most likely next characters (a click appends one).
+  Widget.prototype.showBars = function (result) {
+    var self = this, probs = sampleProbs(this.lastLogits(result), 1, null);
+    this.root.dataset.probs = JSON.stringify(Array.from(probs));
     var order = Array.from(probs.keys()).sort(function (a, b) { return probs[b] - probs[a]; }).slice(0, TOP);
     this.bars.textContent = "";
     order.forEach(function (i) {
@@ -297,7 +321,35 @@
       el("span", {"class": "attnbook-inpage-p", text: probs[i].toFixed(3)}, row);
       row.addEventListener("click", function () { self.append(self.vocab[i]); });
     });
-    this.drawHeatmap();
+  };
+
+  // A tagger: under each character, every job's most likely label, shaded by its probability.
+  Widget.prototype.showAnswers = function (result) {
+    var self = this, T = result.T, chars = Array.from(this.prompt.text), answers = {};
+    var ramp = this.colours().ramp.map(rgb);
+    var table = el("table", {});
+    var head = el("tr", {}, el("thead", {}, table));
+    el("th", {text: "input", scope: "row"}, head);
+    chars.forEach(function (c) { el("th", {text: show(c), scope: "col"}, head); });
+    var body = el("tbody", {}, table);
+    this.meta.jobs.forEach(function (job) {
+      var logits = result.outputs[job.output].data, C = job.labels.length, labels = Array.from(job.labels);
+      var row = el("tr", {}, body), probs = [];
+      el("th", {text: job.name, scope: "row"}, row);
+      for (var t = 0; t < T; t++) {
+        var p = sampleProbs(logits.subarray(t * C, (t + 1) * C), 1, null), best = 0;
+        for (var c = 1; c < C; c++) if (p[c] > p[best]) best = c;
+        probs.push(Array.from(p));
+        var cell = el("td", {text: show(labels[best]), title: job.name + " at " + (t + 1) + ": " + labels[best] +
+                             " (" + p[best].toFixed(2) + ")"}, row);
+        cell.style.background = mix(ramp, p[best]);
+        cell.style.color = p[best] > 0.6 ? "var(--attnbook-inpage-on-heat)" : "";
+      }
+      answers[job.name] = probs;
+    });
+    this.table.textContent = "";
+    this.table.appendChild(table);
+    this.root.dataset.answers = JSON.stringify(answers);
   };
 
   Widget.prototype.append = function (c) {
@@ -360,7 +412,7 @@
     ctx.clearRect(0, 0, size, size);
     for (var q = 0; q < T; q++) {
       for (var k = 0; k < T; k++) {
-        ctx.fillStyle = k > q ? colours.masked : mix(ramp, rows[q][k]);
+        ctx.fillStyle = k > q && this.meta.causal ? colours.masked : mix(ramp, rows[q][k]);
         ctx.fillRect(margin + k * cell, margin + q * cell, cell, cell);
       }
     }
@@ -386,7 +438,8 @@
     if (q < 0 || k < 0 || q >= g.T || k >= g.T) return;
     var chars = Array.from(this.prompt.text), w = this.matrix()[q][k];
     this.readout.textContent = "Character " + (q + 1) + " (" + describe(chars[q]) + ") reading character " +
-      (k + 1) + " (" + describe(chars[k]) + "): " + (k > q ? "masked (a later character)" : "weight " + w.toFixed(3));
+      (k + 1) + " (" + describe(chars[k]) + "): " +
+      (k > q && this.meta.causal ? "masked (a later character)" : "weight " + w.toFixed(3));
   };
 
   Widget.prototype.toggleGenerate = async function () {
