@@ -180,7 +180,7 @@
     this.canvas.addEventListener("mousemove", function (e) { self.point(e); });
     this.canvas.addEventListener("click", function (e) { self.point(e); });
     window.addEventListener("resize", function () { self.drawHeatmap(); });
-    var dark = new MutationObserver(function () { self.drawHeatmap(); });
+    var dark = new MutationObserver(function () { if (self.result) self.show(self.prompt, self.result); });
     dark.observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
     if ("IntersectionObserver" in window) {
       var seen = new IntersectionObserver(function (entries) {
