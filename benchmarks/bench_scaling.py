@@ -120,20 +120,23 @@ def analyse(result: dict) -> dict:
         out["law_in_n"] = {"alpha": fit.alpha, "N_c": fit.x_c, "L_inf": fit.L_inf, "rmse": fit.rmse,
                            "alpha_interval_90": boot.interval(0.9) if boot else None,
                            "alpha_std": boot.std if boot else None}
-    # the compute-optimal frontier, on the mean over seeds of each (size, budget)
-    cells = [(sizes[s]["non_embedding"], t, [by[s + (t, seed)] for seed in seeds if s + (t, seed) in by])
-             for s in sizes for t in budgets]
-    cells = [(n, t, sum(v) / len(v)) for n, t, v in cells if v]
-    if cells:
+    # the compute-optimal frontier, on the mean over seeds of each (size, budget), with N counted without
+    # the embeddings (as Kaplan et al.) and with them (as Hoffmann et al.)
+    for count, suffix in (("non_embedding", ""), ("n_params", "_all_params")):
+        cells = [(sizes[s][count], t, [by[s + (t, seed)] for seed in seeds if s + (t, seed) in by])
+                 for s in sizes for t in budgets]
+        cells = [(n, t, sum(v) / len(v)) for n, t, v in cells if v]
+        if not cells:
+            continue
         compute = [6 * n * t for n, t, _ in cells]
         grid = [min(compute) * (max(compute) / min(compute)) ** (i / 24) for i in range(25)]
         frontier = scaling.compute_optimal_frontier([c[0] for c in cells], [c[1] for c in cells],
                                                     [c[2] for c in cells], grid)
-        out["frontier"] = [{"compute": f.compute, "n_opt": f.n_opt, "loss_opt": f.loss_opt} for f in frontier]
+        out["frontier" + suffix] = [{"compute": f.compute, "n_opt": f.n_opt, "loss_opt": f.loss_opt} for f in frontier]
         if len(frontier) >= 3:
             a, coef = measure.fit_power_law([f.compute for f in frontier], [f.n_opt for f in frontier])
-            out["n_opt_exponent"] = a
-            out["n_opt_coefficient"] = coef
+            out["n_opt_exponent" + suffix] = a
+            out["n_opt_coefficient" + suffix] = coef
     return out
 
 
@@ -164,13 +167,15 @@ def markdown(result: dict) -> str:
     if "n_opt_exponent" in a:
         lines.append(f"Compute-optimal size: N_opt ~ C^{a['n_opt_exponent']:.2f} over "
                      f"{len(a['frontier'])} budgets from {a['frontier'][0]['compute']:.2g} to "
-                     f"{a['frontier'][-1]['compute']:.2g} FLOPs (C = 6 N D, N non-embedding).")
+                     f"{a['frontier'][-1]['compute']:.2g} FLOPs (C = 6 N D, N non-embedding)"
+                     + (f"; with all parameters counted, N_opt ~ C^{a['n_opt_exponent_all_params']:.2f}"
+                        if "n_opt_exponent_all_params" in a else "") + ".")
     m = result["machine"]
     lines += ["", f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor']}), torch {m['torch']}, "
               f"{result['workers']} worker processes of 1 thread; {len(result['runs'])} runs in "
               f"{result['wall_seconds'] / 60:.0f} min of wall time; load average {m['load_start']} at the start "
               f"and {m['load_end']} at the end (the machine is shared).",
-              "", "Learning-rate rule lr(D) = 0.03 (16 / D)^0.75, from short sweeps (1 Mi tokens, one seed):", "",
+              "", "Learning-rate rule lr(D) = 0.03 (16 / D)^0.75, from short sweeps (about a million tokens, one seed):", "",
               LR_SWEEPS]
     return "\n".join(lines) + "\n"
 

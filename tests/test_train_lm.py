@@ -180,3 +180,15 @@ def test_the_scaling_recipe_sizes_the_schedule_to_the_budget():
         train_lm.scaling_recipe(1, 16, 2, 5_000)
     with pytest.raises(ValueError, match="d_model must be an integer >= 1, got 0"):
         train_lm.scaling_lr(0)
+
+
+def test_a_checkpoint_from_before_a_new_field_resumes_with_its_default(tmp_path, checkpoint):
+    ckpt = torch.load(checkpoint, weights_only=True)
+    del ckpt["train_config"]["qk_norm"]  # as written before TrainConfig had the field
+    old = tmp_path / "old.pt"
+    torch.save(ckpt, old)
+    trainer = Trainer(TrainConfig(**{**TINY, "steps": 2}))
+    trainer.load(old)
+    assert trainer.step == ckpt["step"]
+    with pytest.raises(CheckpointError, match="qk_norm: checkpoint False, now True"):
+        Trainer(TrainConfig(**{**TINY, "steps": 2, "qk_norm": True})).load(old)

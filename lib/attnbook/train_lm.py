@@ -326,7 +326,9 @@ class Trainer:
     def load(self, path: str | os.PathLike) -> None:
         """Continue from a checkpoint of the same run; a checkpoint of another model or run is refused."""
         ckpt = _read_checkpoint(path, map_location=self.device)
-        differences = _config_differences(ckpt["train_config"], self.config.to_dict(), ignore=_RESUMABLE_CHANGES)
+        # a field added to TrainConfig after the checkpoint was written had its default value in that run
+        saved = {**TrainConfig().to_dict(), **ckpt["train_config"]}
+        differences = _config_differences(saved, self.config.to_dict(), ignore=_RESUMABLE_CHANGES)
         if differences:
             raise CheckpointError(f"{path} was written by a run with a different configuration ({differences}); "
                                   "resume with the same configuration, or start a new run in another --out folder")
