@@ -1,11 +1,12 @@
-"""The scaling grid: the lab's GPT at 7 sizes x 5 token budgets x 2 seeds on Tiny Shakespeare (characters).
+"""The scaling grid: the lab's GPT at 7 sizes x 5 token budgets on Tiny Shakespeare (characters).
 
 Every run trains the lab's model (``attnbook.train_lm``, the book's recipe: pre-norm, ReLU, no biases,
 tied embeddings, learned positions, context 64) from scratch with its own warmup and cosine schedule,
 sized to its own token budget, and reports the mean loss on the whole validation split. From the runs:
 
 - loss against non-embedding parameters N at the largest budget, fitted with L = L_inf + (N_c / N)^alpha,
-  and alpha's uncertainty by resampling the seeds (``attnbook.scaling``);
+  and alpha's uncertainty by resampling the seeds (``attnbook.scaling``): seed 0 is trained at every
+  budget, seed 1 at the largest budget only (the grid had to fit a shared 2-core machine);
 - loss against tokens, one curve per size;
 - the compute-optimal size: at each compute budget C = 6 N D, each size's loss is interpolated between
   its runs, a parabola in ln N gives the best size N_opt(C), and N_opt ~ C^a is fitted.
@@ -21,11 +22,12 @@ How each run is set (the rule, the same for every size):
 
 The runs are shared out over ``--workers`` processes of one thread each, the most expensive first. Each
 finished run is appended to a JSON-lines file (``--runs``), so an interrupted grid continues where it
-stopped when started again.
+stopped when started again; the wall time reported is the sum over the invocations that trained.
 
-    .venv/bin/python benchmarks/bench_scaling.py                       # the full grid, 2 workers
-    .venv/bin/python benchmarks/bench_scaling.py --smoke               # 2 tiny sizes, 2 short budgets
-    .venv/bin/python benchmarks/bench_scaling.py --readme-only         # rewrite the table from the JSON
+    .venv/bin/python benchmarks/bench_scaling.py                       # the grid, 2 workers
+    .venv/bin/python benchmarks/bench_scaling.py --seeds 0 1 --seeds-largest   # 2 seeds at every budget
+    .venv/bin/python benchmarks/bench_scaling.py --smoke               # 3 tiny sizes, 2 short budgets
+    .venv/bin/python benchmarks/bench_scaling.py --collect             # results and README from the runs file
 
 Writes benchmarks/results/scaling.json and the section between the bench_scaling markers of
 benchmarks/README.md.
@@ -54,7 +56,8 @@ RUNS = HERE / "results" / "scaling_runs.jsonl"
 # non-embedding parameters (2.15 decades).
 SIZES = [(1, 16, 2), (1, 24, 2), (2, 24, 2), (2, 32, 4), (2, 48, 4), (3, 64, 4), (4, 96, 4)]
 BUDGETS = [2 ** k for k in range(17, 22)]  # tokens: 131,072 to 2,097,152
-SEEDS = [0, 1]
+SEEDS = [0]  # every budget
+SEEDS_LARGEST = [1]  # the largest budget only: the bootstrap of L(N) resamples the seeds there
 BATCH, CONTEXT = 16, 64
 
 
@@ -145,7 +148,7 @@ def markdown(result: dict) -> str:
     budgets = sorted({r["tokens"] for r in result["runs"]})
     seeds = sorted({r["seed"] for r in result["runs"]})
     by = {key(r): r["val_loss"] for r in result["runs"]}
-    head = "| model (layers x width) | non-embedding N | lr | " + " | ".join(f"{t / 2**20:g} Mi tokens" for t in budgets) + " |"
+    head = "| model (layers x width) | non-embedding N | lr | " + " | ".join(f"{t:,} tokens" for t in budgets) + " |"
     rows = [head, "|---|---:|---:|" + "---:|" * len(budgets)]
     for s in sizes:
         cells = []
@@ -154,13 +157,15 @@ def markdown(result: dict) -> str:
             cells.append(f"{sum(values) / len(values):.3f}" if values else "")
         rows.append(f"| {s['n_layers']} x {s['d_model']} | {s['non_embedding']:,} | {s['lr']:.4f} | " + " | ".join(cells) + " |")
     a = result["analysis"]
-    lines = ["Validation loss (nats per character, whole validation split), mean over seeds "
-             f"{', '.join(map(str, seeds))}; each cell is a run trained to that many tokens with its own schedule.",
-             "", *rows, ""]
+    counts = {t: len({r["seed"] for r in result["runs"] if r["tokens"] == t}) for t in budgets}
+    lines = ["Validation loss (nats per character, whole validation split); each cell is a run trained to that "
+             "many tokens with its own schedule, the mean over " + ", ".join(
+                 f"{n} seed{'s' if n > 1 else ''} at {t:,} tokens" for t, n in counts.items()
+                 if t in (budgets[0], budgets[-1])) + ".", "", *rows, ""]
     law = a.get("law_in_n")
     if law:
         interval = law["alpha_interval_90"]
-        lines.append(f"Fit at {a['budget_for_n'] / 2**20:g} Mi tokens: L(N) = {law['L_inf']:.3f} + "
+        lines.append(f"Fit at {a['budget_for_n']:,} tokens: L(N) = {law['L_inf']:.3f} + "
                      f"({law['N_c']:.3g} / N)^{law['alpha']:.3f}" + (
                          f", alpha 90% bootstrap interval [{interval[0]:.3f}, {interval[1]:.3f}] (seeds resampled)"
                          if interval else "") + f"; rms error {law['rmse']:.4f}.")
@@ -172,8 +177,8 @@ def markdown(result: dict) -> str:
                         if "n_opt_exponent_all_params" in a else "") + ".")
     m = result["machine"]
     lines += ["", f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor']}), torch {m['torch']}, "
-              f"{result['workers']} worker processes of 1 thread; {len(result['runs'])} runs in "
-              f"{result['wall_seconds'] / 60:.0f} min of wall time; load average {m['load_start']} at the start "
+              f"{result['workers']} worker processes of 1 thread, niced; {len(result['runs'])} runs in "
+              f"{result['wall_seconds'] / 60:.0f} min of wall time ({result.get('segments', 1)} invocation(s)); load average {m['load_start']} at the start "
               f"and {m['load_end']} at the end (the machine is shared).",
               "", "Learning-rate rule lr(D) = 0.03 (16 / D)^0.75, from short sweeps (about a million tokens, one seed):", "",
               LR_SWEEPS]
@@ -196,60 +201,74 @@ def write_readme(result: dict) -> None:
                                    f"{markdown(result)}{end}")
 
 
+def read_runs(path: Path) -> tuple[dict, list[dict]]:
+    """The finished runs of a runs file, by key, and its segments: one per invocation that trained, with the
+    time it started and the time its last run finished (seconds since the epoch)."""
+    done, segments = {}, []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if "segment_start" in record:
+                segments.append({"start": record["segment_start"], "end": record.get("segment_end")})
+            else:
+                done[key(record)] = record
+                if segments and "finished_at" in record:
+                    segments[-1]["end"] = max(segments[-1]["end"] or 0, record["finished_at"])
+    return done, segments
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="seeds trained at every budget")
+    parser.add_argument("--seeds-largest", type=int, nargs="*", default=SEEDS_LARGEST,
+                        help="further seeds trained at the largest budget only (for the bootstrap of L(N))")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--runs", type=Path, default=RUNS, help="JSON lines of finished runs (to continue a grid)")
     parser.add_argument("--no-readme", action="store_true")
-    parser.add_argument("--readme-only", action="store_true", help="rewrite the README section from --out")
+    parser.add_argument("--collect", action="store_true",
+                        help="train nothing: write the results and the README section from the runs file")
     parser.add_argument("--smoke", action="store_true", help="2 tiny sizes, 2 short budgets, 1 seed: a quick check")
     args = parser.parse_args(argv)
-    if args.readme_only:
-        result = json.loads(args.out.read_text())
-        result["analysis"] = analyse(result)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        write_readme(result)
-        return 0
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
     global SIZES, BUDGETS
     if args.smoke:
         SIZES, BUDGETS = [(1, 16, 2), (1, 24, 2), (2, 24, 2)], [2 ** 14, 2 ** 15]
-        args.seeds, args.no_readme = [0], True
+        args.seeds, args.seeds_largest, args.no_readme = [0], [], True
         args.out = args.out.with_name("scaling_smoke.json")
         args.runs = args.runs.with_name("scaling_smoke_runs.jsonl")
     jobs = [(size, tokens, seed) for seed in args.seeds for size in SIZES for tokens in BUDGETS]
-    done = {}
-    if args.runs.exists():
-        for line in args.runs.read_text().splitlines():
-            if line.strip():
-                run = json.loads(line)
-                done[key(run)] = run
+    jobs += [(size, BUDGETS[-1], seed) for seed in args.seeds_largest for size in SIZES]
+    done, segments = read_runs(args.runs)
     todo = [j for j in jobs if (j[0] + (j[1], j[2])) not in done]
-    resumed = len(done) > 0
-    todo.sort(key=lambda j: (j[2], -cost(j)))  # seed 0 first, then the most expensive first
+    todo.sort(key=lambda j: -cost(j))  # the most expensive first, so that the two workers finish together
     print(f"{len(jobs)} runs in the grid, {len(done)} already done, {len(todo)} to train", flush=True)
     load_start = loadavg()
-    wall = time.perf_counter()
-    args.runs.parent.mkdir(parents=True, exist_ok=True)
-    with mp.get_context("spawn").Pool(args.workers) as pool, open(args.runs, "a") as log:
-        for run in pool.imap_unordered(train_one, todo):
-            done[key(run)] = run
-            log.write(json.dumps(run) + "\n")
+    if todo and not args.collect:
+        wall = time.perf_counter()
+        args.runs.parent.mkdir(parents=True, exist_ok=True)
+        with mp.get_context("spawn").Pool(args.workers) as pool, open(args.runs, "a") as log:
+            log.write(json.dumps({"segment_start": time.time()}) + "\n")
             log.flush()
-            print(f"[{time.perf_counter() - wall:7.0f} s] {run['n_layers']}x{run['d_model']} {run['tokens']:>9,} tokens "
-                  f"seed {run['seed']}: val {run['val_loss']:.4f} in {run['seconds']:.0f} s", flush=True)
-    wall_seconds = time.perf_counter() - wall
-    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+            for run in pool.imap_unordered(train_one, todo):
+                run["finished_at"] = round(time.time(), 1)
+                done[key(run)] = run
+                log.write(json.dumps(run) + "\n")
+                log.flush()
+                print(f"[{time.perf_counter() - wall:7.0f} s] {run['n_layers']}x{run['d_model']} {run['tokens']:>9,} "
+                      f"tokens seed {run['seed']}: val {run['val_loss']:.4f} in {run['seconds']:.0f} s", flush=True)
+        done, segments = read_runs(args.runs)
+    wanted = {j[0] + (j[1], j[2]) for j in jobs}
     result = {
         "benchmark": "bench_scaling", "date": time.strftime("%Y-%m-%d %H:%M"),
-        "wall_seconds": round(wall_seconds + (previous.get("wall_seconds", 0) if resumed else 0), 1),
-        "workers": args.workers, "batch_size": BATCH, "block_size": CONTEXT,
+        "wall_seconds": round(sum(s["end"] - s["start"] for s in segments if s["end"]), 1),
+        "segments": len(segments), "workers": args.workers, "batch_size": BATCH, "block_size": CONTEXT,
         "lr_rule": "0.03 * (16 / d_model) ** 0.75", "warmup_rule": "max(5, steps // 20)",
         "sizes": [size_info(s) for s in SIZES],
-        "runs": sorted((done[k] for k in done if k[:3] in SIZES and k[3] in BUDGETS and k[4] in args.seeds),
-                       key=lambda r: key(r)),
+        "runs": sorted((done[k] for k in done if k in wanted), key=key),
+        "missing": len(wanted - set(done)),
         "machine": {"cpus": os.cpu_count(), "processor": cpu_name(), "torch": torch.__version__,
                     "python": platform.python_version(), "load_start": load_start, "load_end": loadavg()},
     }
