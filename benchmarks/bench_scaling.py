@@ -14,7 +14,8 @@ sized to its own token budget, and reports the mean loss on the whole validation
 How each run is set (the rule, the same for every size):
 
 - batches of 16 windows of 64 characters, 1,024 tokens per step; the budgets are 2^17 to 2^21 tokens
-  (128 to 2,048 steps; the largest is about 2.1 passes over the training text);
+  (128 to 2,048 steps; 2^21 is about 2.1 passes over the training text) for every size, and up to 2^24
+  for the smaller sizes, as long as C = 6 N D stays under 2e12 FLOPs (for the isoFLOP profiles);
 - peak learning rate lr(D) = 0.03 * (16 / D)^0.75 for width D (``train_lm.scaling_lr``, fitted to short
   sweeps at widths 16, 32 and 96, listed in ``LR_SWEEPS`` and the README section), warmup over the first
   5% of the steps (at least 5), cosine decay to a tenth of the peak at the last step, AdamW (0.9, 0.99),
@@ -55,7 +56,12 @@ RUNS = HERE / "results" / "scaling_runs.jsonl"
 # (n_layers, d_model, n_heads): widths and depths grow together, from 3 thousand to 440 thousand
 # non-embedding parameters (2.15 decades).
 SIZES = [(1, 16, 2), (1, 24, 2), (2, 24, 2), (2, 32, 4), (2, 48, 4), (3, 64, 4), (4, 96, 4)]
-BUDGETS = [2 ** k for k in range(17, 22)]  # tokens: 131,072 to 2,097,152
+BUDGETS = [2 ** k for k in range(17, 22)]  # tokens, for every size: 131,072 to 2,097,152
+# Longer runs for the smaller models, up to the compute of the second-largest model's longest run: at a
+# fixed compute a small model trained on many tokens can beat a larger one trained on few, and the isoFLOP
+# profiles need sizes on both sides of their minimum.
+LONG_BUDGETS = [2 ** k for k in range(22, 25)]  # up to 16,777,216 tokens (about 17 passes over the text)
+COMPUTE_CAP = 2.0e12  # FLOPs, C = 6 N D with N non-embedding
 SEEDS = [0]  # every budget
 SEEDS_LARGEST = [1]  # the largest budget only: the bootstrap of L(N) resamples the seeds there
 BATCH, CONTEXT = 16, 64
@@ -63,6 +69,12 @@ BATCH, CONTEXT = 16, 64
 
 def run_config(size: tuple[int, int, int], tokens: int, seed: int) -> train_lm.TrainConfig:
     return train_lm.scaling_recipe(*size, tokens, seed=seed, batch_size=BATCH, block_size=CONTEXT).replace(threads=1)
+
+
+def budgets_for(size: tuple[int, int, int]) -> list[int]:
+    """The token budgets of one size: every one of BUDGETS, and those of LONG_BUDGETS under COMPUTE_CAP."""
+    n = size_info(size)["non_embedding"]
+    return BUDGETS + [t for t in LONG_BUDGETS if 6 * n * t <= COMPUTE_CAP]
 
 
 def size_info(size: tuple[int, int, int]) -> dict:
@@ -106,12 +118,13 @@ def key(run: dict) -> tuple:
 
 
 def analyse(result: dict) -> dict:
-    """Fits of the grid's results: the law in N at the largest budget, and the compute-optimal sizes."""
+    """Fits of the grid's results: the law in N at the largest budget that every size has, and the
+    compute-optimal sizes."""
     sizes = {(s["n_layers"], s["d_model"], s["n_heads"]): s for s in result["sizes"]}
     runs = result["runs"]
     seeds = sorted({r["seed"] for r in runs})
     budgets = sorted({r["tokens"] for r in runs})
-    largest = budgets[-1]
+    largest = max(t for t in budgets if all(any(key(r)[:4] == s + (t,) for r in runs) for s in sizes))
     by = {key(r): r["val_loss"] for r in runs}
     complete = [s for s in sizes if all(s + (largest, seed) in by for seed in seeds)]
     out = {"budget_for_n": largest, "seeds": seeds}
@@ -159,9 +172,8 @@ def markdown(result: dict) -> str:
     a = result["analysis"]
     counts = {t: len({r["seed"] for r in result["runs"] if r["tokens"] == t}) for t in budgets}
     lines = ["Validation loss (nats per character, whole validation split); each cell is a run trained to that "
-             "many tokens with its own schedule, the mean over " + ", ".join(
-                 f"{n} seed{'s' if n > 1 else ''} at {t:,} tokens" for t, n in counts.items()
-                 if t in (budgets[0], budgets[-1])) + ".", "", *rows, ""]
+             "many tokens with its own schedule, the mean over seeds " + ", ".join(map(str, seeds)) + (
+                 "" if len(set(counts.values())) == 1 else " where they were trained") + ".", "", *rows, ""]
     law = a.get("law_in_n")
     if law:
         interval = law["alpha_interval_90"]
@@ -180,10 +192,22 @@ def markdown(result: dict) -> str:
               f"{result['workers']} worker processes of 1 thread, niced; {len(result['runs'])} runs in "
               f"{result['wall_seconds'] / 60:.0f} min of wall time ({result.get('segments', 1)} invocation(s)); load average {m['load_start']} at the start "
               f"and {m['load_end']} at the end (the machine is shared).",
+              "", HISTORY,
               "", "Learning-rate rule lr(D) = 0.03 (16 / D)^0.75, from short sweeps (about a million tokens, one seed):", "",
               LR_SWEEPS]
     return "\n".join(lines) + "\n"
 
+
+# How the committed results were produced (the machine was shared throughout).
+HISTORY = """The committed grid ran in four invocations on 2026-11-23 (the load averages above are those of the
+last one). The first trained seed 0 at 2^17 to 2^21 tokens for 47 minutes while the machine's load average
+stayed near 10 (other work on the machine; the benchmark runs niced, so it got about a tenth of a
+core per worker) and was stopped with 15 runs done; the second finished seed 0 and trained seed 1 at
+2^21 tokens (13 minutes, load falling to 4); the third was stopped after a minute when the isoFLOP
+profiles turned out not to bracket their minima (the smallest size won at every budget) and the longer
+budgets for the small models were added; the fourth trained those and the rest of seed 1 (24 minutes,
+load 3 to 6). Wall time is the sum of the four. How much the load mattered: the 4 x 96 model at 2^20
+tokens took 854 s (seed 0, first invocation) and 59 s (seed 1, fourth)."""
 
 # Short sweeps that set the rule (1,302 steps of 12 windows of 64 characters, about 1 M tokens, seed 1337,
 # GELU instead of ReLU; one thread on the shared machine, 2026-11-23).
@@ -233,13 +257,13 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="2 tiny sizes, 2 short budgets, 1 seed: a quick check")
     args = parser.parse_args(argv)
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
-    global SIZES, BUDGETS
+    global SIZES, BUDGETS, LONG_BUDGETS
     if args.smoke:
-        SIZES, BUDGETS = [(1, 16, 2), (1, 24, 2), (2, 24, 2)], [2 ** 14, 2 ** 15]
+        SIZES, BUDGETS, LONG_BUDGETS = [(1, 16, 2), (1, 24, 2), (2, 24, 2)], [2 ** 14, 2 ** 15], [2 ** 16]
         args.seeds, args.seeds_largest, args.no_readme = [0], [], True
         args.out = args.out.with_name("scaling_smoke.json")
         args.runs = args.runs.with_name("scaling_smoke_runs.jsonl")
-    jobs = [(size, tokens, seed) for seed in args.seeds for size in SIZES for tokens in BUDGETS]
+    jobs = [(size, tokens, seed) for seed in args.seeds for size in SIZES for tokens in budgets_for(size)]
     jobs += [(size, BUDGETS[-1], seed) for seed in args.seeds_largest for size in SIZES]
     done, segments = read_runs(args.runs)
     todo = [j for j in jobs if (j[0] + (j[1], j[2])) not in done]
@@ -261,8 +285,9 @@ def main(argv=None) -> int:
                       f"tokens seed {run['seed']}: val {run['val_loss']:.4f} in {run['seconds']:.0f} s", flush=True)
         done, segments = read_runs(args.runs)
     wanted = {j[0] + (j[1], j[2]) for j in jobs}
+    last = max((r.get("finished_at", 0) for r in done.values()), default=0) or time.time()
     result = {
-        "benchmark": "bench_scaling", "date": time.strftime("%Y-%m-%d %H:%M"),
+        "benchmark": "bench_scaling", "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(last)),
         "wall_seconds": round(sum(s["end"] - s["start"] for s in segments if s["end"]), 1),
         "segments": len(segments), "workers": args.workers, "batch_size": BATCH, "block_size": CONTEXT,
         "lr_rule": "0.03 * (16 / d_model) ** 0.75", "warmup_rule": "max(5, steps // 20)",
@@ -271,6 +296,8 @@ def main(argv=None) -> int:
         "missing": len(wanted - set(done)),
         "machine": {"cpus": os.cpu_count(), "processor": cpu_name(), "torch": torch.__version__,
                     "python": platform.python_version(), "load_start": load_start, "load_end": loadavg()},
+        # --collect trains nothing: keep the conditions of the invocation that trained
+        **({"machine": json.loads(args.out.read_text())["machine"]} if args.collect and args.out.exists() else {}),
     }
     result["analysis"] = analyse(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
