@@ -3,9 +3,9 @@
 The same colour means the same thing everywhere: queries are purple, keys orange, values green,
 attention scores and weights blue (heatmaps use the sequential "Blues" scale), recurrent states cyan,
 positions pink, normalisation olive, learned layers (parameters) brown, gradients red and masked-out
-entries grey. The base colours are the ten of plotly's default colour cycle (matplotlib's "tab10"), so
-a plot that keeps plotly's defaults already draws from this palette; ``color(role)`` is the colour of a
-role in a plot, ``COLORWAY`` the order in which plots cycle through them.
+entries grey. The base colours are the ten of matplotlib's "tab10" (D3's category10), chosen to read
+on white and on the dark page; ``color(role)`` is the colour of a role in a plot, ``COLORWAY`` the ten in
+a fixed order for plots that cycle through them.
 
 Diagrams draw shapes with a pale ``fill`` and a darker ``stroke`` derived from each base colour, in a
 light and a dark variant (``theme("light")``, ``theme("dark")``), so that they follow the book's colour
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 __all__ = ["ROLES", "COLORWAY", "WEIGHT_SCALE", "color", "theme", "PLOTLY_DARK", "mix"]
 
-# role -> (base colour, what it marks). The order is plotly's default colour cycle.
+# role -> (base colour, what it marks), in the order of matplotlib's "tab10" cycle.
 ROLES: dict[str, tuple[str, str]] = {
     "weight": ("#1f77b4", "attention scores and weights"),
     "key": ("#ff7f0e", "keys"),
@@ -76,8 +76,8 @@ class Shade:
 
 def _shade(base: str, mode: str) -> Shade:
     if mode == "light":
-        return Shade(fill=mix(base, "#ffffff", 0.80), stroke=mix(base, "#000000", 0.28))
-    return Shade(fill=mix(base, _DARK_PAPER, 0.62), stroke=mix(base, "#ffffff", 0.35))
+        return Shade(fill=mix(base, "#ffffff", 0.80), stroke=mix(base, "#000000", 0.38))
+    return Shade(fill=mix(base, _DARK_PAPER, 0.70), stroke=mix(base, "#ffffff", 0.35))
 
 
 def theme(mode: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from .svg import SMALL, Diagram
 
 
 def _gate(d: Diagram, cx: float, top: float, symbol: str, name: str):
-    return d.box(cx - 40, top, 80, 48, [symbol, (name, SMALL)], shape="layer")
+    return d.box(cx - 42, top, 84, 48, [symbol, (name, SMALL)], shape="layer")
 
 
 @diagram

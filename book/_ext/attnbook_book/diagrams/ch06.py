@@ -29,7 +29,7 @@ def causal_mask() -> Diagram:
     d.text(m.cx, m.y1 + 22, "the mask $M$, added to the scores", size=SMALL)
     weights = [[1 / (i + 1) if j <= i else 0.0 for j in range(n)] for i in range(n)]
     a = d.grid(470, 80, n, n, CELL, role="weight", values=weights, blocked=future,
-               labels=[[f"{weights[i][j]:.2f}".lstrip("0") if j <= i else "0" for j in range(n)] for i in range(n)])
+               labels=[[f"{weights[i][j]:.2f}" if j <= i else "0" for j in range(n)] for i in range(n)])
     _axes(d, a, WORDS, WORDS)
     d.text(a.cx, a.y1 + 22, "weights after the softmax", size=SMALL)
     d.arrow([(m.x1 + 40, m.cy), (a.x - 64, a.cy)])

@@ -111,8 +111,8 @@ def moe_routing() -> Diagram:
     probs = [0.10, 0.55, 0.25, 0.10]
     chosen = {1, 2}  # the A = 2 most probable
     ys = [66 + 62 * e for e in range(4)]
-    x = d.box(20, 146, 60, 32, "$x$", shape="tensor")
-    router = d.box(110, 136, 110, 52, ["router", ("linear, softmax", SMALL)], shape="layer")
+    x = d.box(16, 146, 56, 32, "$x$", shape="tensor")
+    router = d.box(102, 136, 126, 52, ["router", ("linear, softmax", SMALL)], shape="layer")
     d.arrow([x.right, router.left])
     d.text(280, 30, "$p_e(x)$", role="weight")
     d.text(420, 30, "$E = 4$ experts", bold=True, size=SMALL)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from attnbook import style
 
-SIZE = 15.0   # the size of labels
-SMALL = 13.0  # the smallest text of a diagram (shapes, notes): the book's small text
+SIZE = 15.5   # the size of labels
+SMALL = 14.0  # the smallest text of a diagram (shapes, notes): the book's small text
 SCRIPT = 0.76  # sub- and superscripts, relative to their text
 FONT_STACK = ('system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", '
               '"Liberation Sans", sans-serif')
