@@ -2,7 +2,6 @@
 colour modes, and turned into numbered inline figures by the book."""
 from __future__ import annotations
 
-import base64
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -164,31 +163,11 @@ def test_diagrams_have_alt_text_caption_and_a_reference(md):
             assert number in svg_text, f"{name}: the alt text says {number}, the diagram does not"
 
 
-@pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_paired_notebooks_carry_the_diagrams(md):
-    import nbformat
-
-    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    assert "](../book/images/diagrams/" not in text, "run `make sync`: Colab cannot load relative images"
-    shown = {}
-    for payload in re.findall(r"\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", text):
-        data = base64.b64decode(payload)
-        name = figures.diagram_name("data:image/svg+xml;base64," + payload)
-        shown[name] = data
-    expected = {m["name"] for m in IMAGE.finditer(md.read_text())}
-    assert set(shown) == expected
-    for name, data in shown.items():
-        assert data == (diagrams.OUT / f"{name}.svg").read_bytes(), f"{name} is stale in the notebook: `make sync`"
-
-
 # --- the book turns them into numbered inline figures -----------------------------------------------------
 
-def test_diagram_names_from_paths_and_data_uris():
+def test_diagram_names_and_inline_svg():
     name = sorted(diagrams.REGISTRY)[0]
-    data = base64.b64encode((diagrams.OUT / f"{name}.svg").read_bytes()).decode()
     assert figures.diagram_name(f"../book/images/diagrams/{name}.svg") == name
-    assert figures.diagram_name(f"data:image/svg+xml;base64,{data}") == name
     assert figures.diagram_name("../book/images/favicon.svg") is None
     inline = figures.inline_svg((diagrams.OUT / f"{name}.svg").read_text(), 'A "quoted" <alt>')
     assert 'aria-label="A &quot;quoted&quot; &lt;alt>"' in inline and "min-width" in inline

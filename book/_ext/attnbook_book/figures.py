@@ -8,16 +8,12 @@ A chapter shows a diagram with Markdown that Jupyter displays as it is: an image
 
 In the HTML book this becomes a numbered figure labelled ``fig-lstm-cell`` (prose refers to it with
 {numref}), with the caption, and with the SVG written into the page, where the stylesheet below gives it the
-dark colours in dark mode. The image may also be a ``data:image/svg+xml`` URI (the paired notebooks carry
-the diagrams that way, so that Colab shows them); the diagram is recognised by its ``data-diagram`` name and
-drawn from the book's own file either way.
+dark colours in dark mode (an <img> could not see the page's mode).
 """
 from __future__ import annotations
 
-import base64
 import re
 from pathlib import Path
-from urllib.parse import unquote
 
 from docutils import nodes
 from sphinx.transforms import SphinxTransform
@@ -28,17 +24,11 @@ logger = logging.getLogger(__name__)
 DIAGRAMS = "book/images/diagrams"  # relative to the book's source folder
 CAPTION_MARK = "Figure."
 _FILE = re.compile(r"(?:^|/)book/images/diagrams/([a-z0-9_]+)\.svg$")
-_NAME = re.compile(r'data-diagram="([a-z0-9_]+)"')
 _SVG_OPEN = re.compile(r"<svg\b[^>]*>")
 
 
 def diagram_name(uri: str) -> str | None:
-    """The diagram an image URI shows: a path to ``book/images/diagrams/<name>.svg`` or an SVG data URI."""
-    if uri.startswith("data:image/svg+xml"):
-        header, _, payload = uri.partition(",")
-        text = base64.b64decode(payload).decode() if header.endswith(";base64") else unquote(payload)
-        match = _NAME.search(text)
-        return match.group(1) if match else None
+    """The diagram an image URI shows (a path ending in ``book/images/diagrams/<name>.svg``), or None."""
     match = _FILE.search(uri.replace("\\", "/"))
     return match.group(1) if match else None
 

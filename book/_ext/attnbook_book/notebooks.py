@@ -9,7 +9,6 @@ Run as a program:
 from __future__ import annotations
 
 import argparse
-import base64
 import copy
 import re
 import shutil
@@ -56,30 +55,12 @@ def read_md(path: Path) -> nbformat.NotebookNode:
     return jupytext.read(path, fmt="md:myst")
 
 
-DIAGRAM_IMAGE = re.compile(r"\]\(\.\./book/images/diagrams/([a-z0-9_]+)\.svg\)")
-
-
-def embed_diagrams(markdown: str, repo: Path = REPO) -> str:
-    """Markdown with each diagram image ``](../book/images/diagrams/<name>.svg)`` replaced by the SVG as a
-    data URI, so that the notebook shows its diagrams wherever it is opened (Colab cannot load a relative
-    image). The book recognises the diagram by name and draws its own file."""
-    def data_uri(match: re.Match) -> str:
-        path = repo / "book" / "images" / "diagrams" / f"{match.group(1)}.svg"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} does not exist: run `make diagrams`")
-        return f"](data:image/svg+xml;base64,{base64.b64encode(path.read_bytes()).decode()})"
-
-    return DIAGRAM_IMAGE.sub(data_uri, markdown)
-
-
 def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
-    """The paired notebook for a .md source: same cells, no outputs, the diagrams embedded."""
+    """The paired notebook for a .md source: same cells, no outputs."""
     nb = read_md(md_path)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-        elif cell.cell_type == "markdown":
-            cell.source = embed_diagrams(cell.source)
     return nb
 
 

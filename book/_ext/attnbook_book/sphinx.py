@@ -6,7 +6,7 @@
   lets the widget manager find its fonts locally and call MathJax 3 through the MathJax 2 API it expects;
 - removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice);
 - turns the chapters' diagram images into numbered inline figures (``figures``) and writes the stylesheet
-  and script that let diagrams, plotly figures and widgets follow the theme's light and dark modes.
+  and script that let diagrams and plotly figures follow the theme's light and dark modes.
 """
 from __future__ import annotations
 
@@ -99,15 +99,6 @@ def copy_assets(app, exception) -> None:
 THEME_CSS = "attnbook/theme.css"  # relative to _static: on every page
 PLOTLY_THEME_JS = "attnbook/plotly-theme.js"  # relative to _static: on pages with a plotly figure
 
-# Colours of the Jupyter widget manager in dark mode (its own stylesheet sets the light ones on :root).
-WIDGETS_DARK = {
-    "content-font-color0": "#e4e9ef", "content-font-color1": "#dde3ea", "content-font-color2": "#a3adb8",
-    "content-font-color3": "#7d8894", "ui-font-color0": "#e4e9ef", "ui-font-color1": "#dde3ea",
-    "ui-font-color2": "#a3adb8", "ui-font-color3": "#7d8894", "layout-color0": "#14181e",
-    "layout-color1": "#1e242c", "layout-color2": "#2a323c", "layout-color3": "#3a4452",
-    "border-color0": "#8a97a6", "border-color1": "#5f6b78", "border-color2": "#3a4452", "border-color3": "#2a323c",
-}
-
 PLOTLY_THEME = """\
 // Plotly figures follow the book's colour mode: in dark mode the layout gets the colours of
 // attnbook.style.PLOTLY_DARK (written here by the build); switching back restores the figure's own.
@@ -154,11 +145,11 @@ PLOTLY_THEME = """\
 
 
 def theme_css() -> str:
-    """The stylesheet of every page: diagrams (layout, dark colours) and the widget manager in dark mode."""
+    """The stylesheet of every page: the diagrams (layout, dark colours) and the chapter map in dark mode.
+    (Widgets need nothing: in dark mode the theme shows them on a light card, with their own dark text.)"""
     from .diagrams import svg
 
     dark = 'html[data-theme="dark"]'
-    widgets = "".join(f"--jp-{k}:{v};" for k, v in WIDGETS_DARK.items())
     return "\n".join([
         "/* Diagrams: drawn at their own size, scrolled sideways on narrow screens; page background. */",
         ".attnbook-diagram{overflow-x:auto;max-width:100%;margin:0 auto}",
@@ -169,8 +160,6 @@ def theme_css() -> str:
         f"{dark} .attnbook-chapter-map rect{{fill:#1e242c;stroke:#8a97a6}}",
         f"{dark} .attnbook-chapter-map text{{fill:#e4e9ef}}",
         f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
-        "/* The Jupyter widget manager in dark mode. */",
-        f"{dark}{{{widgets}}}",
     ]) + "\n"
 
 
