@@ -68,8 +68,7 @@ chromium:
 diagrams: python-env
 	$(PY) -m attnbook_book.diagrams write
 
-# The paired notebooks carry the diagrams as data URIs (for Colab): draw them first.
-sync: diagrams
+sync: python-env
 	$(PY) -m attnbook_book.notebooks sync
 
 # Execute every chapter once with nbval: the asserts in the cells are the checks, the outputs are kept

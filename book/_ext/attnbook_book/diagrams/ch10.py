@@ -20,6 +20,8 @@ def vit_pipeline() -> Diagram:
             d._body.append(f'<rect x="{_n(x)}" y="{_n(y)}" width="{px}" height="{px}" '
                            f'class="t-line" fill-opacity="{0.85 if v == "1" else 0.08}"/>')
     side = px * len(SEVEN) + gap_p * (patch - 1)
+    d.text(ix + side / 2, iy - 36, "an image, cut", size=SMALL)
+    d.text(ix + side / 2, iy - 18, "into $N = 9$ patches", size=SMALL)
     # columns: the class token, then the nine patches in reading order
     x0, w, gap = 178, 44, 10
     cols = [x0 + k * (w + gap) for k in range(10)]
