@@ -5,6 +5,16 @@ from . import diagram
 from .svg import SMALL, Diagram
 
 
+def _highway(d: Diagram, y: float, x0: float, x_mul: float, x_add: float, x1: float, before: str, after: str):
+    """The state carried along the top of a cell: multiplied by a gate at x_mul, added to at x_add."""
+    mul, add = d.circle(x_mul, y, 12, "."), d.circle(x_add, y, 12, "+")
+    for a, b in (((x0, y), mul.left), (mul.right, add.left), (add.right, (x1, y))):
+        d.arrow([a, b], role="hidden", residual=True)
+    d.text(x0, y - 20, before, anchor="start", role="hidden")
+    d.text(x1, y - 20, after, anchor="end", role="hidden")
+    return mul, add
+
+
 def _gate(d: Diagram, cx: float, top: float, symbol: str, name: str):
     return d.box(cx - 42, top, 84, 48, [symbol, (name, SMALL)], shape="layer")
 
@@ -16,13 +26,7 @@ def lstm_cell() -> Diagram:
     d.box(150, 28, 470, 332, shape="panel")
     d.text(610, 46, "LSTM cell", anchor="end", muted=True, size=SMALL)
     # the highway: c_{t-1} -> (x f_t) -> (+ i_t g_t) -> c_t
-    f_mul = d.circle(215, hw, 12, ".")
-    add = d.circle(395, hw, 12, "+")
-    d.arrow([(40, hw), f_mul.left], role="hidden", residual=True)
-    d.arrow([f_mul.right, add.left], role="hidden", residual=True)
-    d.arrow([add.right, (690, hw)], role="hidden", residual=True)
-    d.text(40, hw - 20, "$c_{t-1}$", anchor="start", role="hidden")
-    d.text(690, hw - 20, "$c_t$", anchor="end", role="hidden")
+    f_mul, add = _highway(d, hw, 40, 215, 395, 690, "$c_{t-1}$", "$c_t$")
     # the gates, all reading [h_{t-1}, x_t]
     gates = {"f": _gate(d, 215, 230, "$\\sigma$", "forget"), "i": _gate(d, 305, 230, "$\\sigma$", "input"),
              "g": _gate(d, 395, 230, "$\\tanh$", "candidate"), "o": _gate(d, 495, 230, "$\\sigma$", "output")}
@@ -63,13 +67,7 @@ def gru_cell() -> Diagram:
     d.box(120, 24, 540, 404, shape="panel")
     d.text(650, 42, "GRU cell", anchor="end", muted=True, size=SMALL)
     # the state highway: h_{t-1} -> (x z_t) -> (+ (1 - z_t) n_t) -> h_t
-    z_mul = d.circle(300, hw, 12, ".")
-    add = d.circle(470, hw, 12, "+")
-    d.arrow([(30, hw), z_mul.left], role="hidden", residual=True)
-    d.arrow([z_mul.right, add.left], role="hidden", residual=True)
-    d.arrow([add.right, (700, hw)], role="hidden", residual=True)
-    d.text(30, hw - 20, "$h_{t-1}$", anchor="start", role="hidden")
-    d.text(700, hw - 20, "$h_t$", anchor="end", role="hidden")
+    z_mul, add = _highway(d, hw, 30, 300, 470, 700, "$h_{t-1}$", "$h_t$")
     # h_{t-1} also feeds the gates and the candidate (lane hlane); x_t runs along lane xlane
     d.dot(70, hw, "hidden", 4.5)
     d.line([(70, hw), (70, hlane), (620, hlane)], role="hidden")

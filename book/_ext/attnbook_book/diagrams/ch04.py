@@ -52,45 +52,31 @@ def attention_matrix() -> Diagram:
     tq, tk, dk, dv = 3, 5, 4, 3
     top1, top2 = 40, 230
 
-    def shape(box, label):
-        d.text(box.cx, box.y1 + 18, label, size=SMALL, muted=True)
+    def matrix(x, y, rows, cols, role, name, shape, values=None, then=None, at=None):
+        """A matrix as a grid, named above, its shape below, and the operator that follows it."""
+        g = d.grid(x, y, rows, cols, c, role=role, values=values)
+        d.text(g.cx, g.y - 14, name, role=role)
+        d.text(g.cx, g.y1 + 18, shape, size=SMALL, muted=True)
+        if then:
+            d.text(g.x1 + 22, at if at is not None else g.cy, then)
+        return g
 
-    def name(box, label, role=None):
-        d.text(box.cx, box.y - 14, label, role=role)
-
-    qb = d.grid(40, top1 + c, tq, dk, c, role="query")
-    name(qb, "$Q$", "query")
-    shape(qb, "$(T_q, d_k)$")
-    d.text(qb.x1 + 22, qb.cy, "$\\times$")
-    kb = d.grid(qb.x1 + 44, top1, dk, tk, c, role="key")
-    name(kb, "$K^\\top$", "key")
-    shape(kb, "$(d_k, T_k)$")
-    d.text(kb.x1 + 22, qb.cy, "$=$")
-    scores = [[0.5] * tk for _ in range(tq)]
-    sb = d.grid(kb.x1 + 44, top1 + c, tq, tk, c, role="weight", values=[[0.18] * tk for _ in range(tq)])
-    name(sb, "$S = QK^\\top$", "weight")
-    shape(sb, "$(T_q, T_k)$")
+    qb = matrix(40, top1 + c, tq, dk, "query", "$Q$", "$(T_q, d_k)$", then="$\\times$")
+    kb = matrix(qb.x1 + 44, top1, dk, tk, "key", "$K^\\top$", "$(d_k, T_k)$", then="$=$", at=qb.cy)
+    sb = matrix(kb.x1 + 44, top1 + c, tq, tk, "weight", "$S = QK^\\top$", "$(T_q, T_k)$",
+                values=[[0.18] * tk for _ in range(tq)])
     d.text(sb.x1 + 16, sb.cy - 11, "one score per (query, key)", anchor="start", size=SMALL, muted=True)
     d.text(sb.x1 + 16, sb.cy + 11, "pair: a dot product of length $d_k$", anchor="start", size=SMALL, muted=True)
-    del scores
     # row 2: softmax(S / sqrt(d_k)) row by row, then times V
     rows = [[0.10, 0.55, 0.15, 0.12, 0.08], [0.30, 0.10, 0.10, 0.40, 0.10], [0.05, 0.05, 0.70, 0.10, 0.10]]
     ab_y = top2 + 2 * c - c * tq / 2 + 4
     op = d.box(40, ab_y + tq * c / 2 - 22, 190, 44, ["$\\operatorname{softmax}(S / \\sqrt{d_k})$", ("each row sums to 1", SMALL)],
                shape="op")
     d.arrow([(sb.cx, sb.y1 + 30), (sb.cx, top2 - 36), (op.cx, top2 - 36), op.top])
-    ab = d.grid(op.x1 + 40, ab_y, tq, tk, c, role="weight", values=rows)
+    ab = matrix(op.x1 + 40, ab_y, tq, tk, "weight", "$A$", "$(T_q, T_k)$", values=rows, then="$\\times$")
     d.arrow([op.right, ab.left])
-    name(ab, "$A$", "weight")
-    shape(ab, "$(T_q, T_k)$")
-    d.text(ab.x1 + 22, ab.cy, "$\\times$")
-    vb = d.grid(ab.x1 + 44, top2, tk, dv, c, role="value")
-    name(vb, "$V$", "value")
-    shape(vb, "$(T_k, d_v)$")
-    d.text(vb.x1 + 22, ab.cy, "$=$")
-    ob = d.grid(vb.x1 + 44, ab.y, tq, dv, c, role="value")
-    name(ob, "output", "value")
-    shape(ob, "$(T_q, d_v)$")
+    vb = matrix(ab.x1 + 44, top2, tk, dv, "value", "$V$", "$(T_k, d_v)$", then="$=$", at=ab.cy)
+    matrix(vb.x1 + 44, ab.y, tq, dv, "value", "output", "$(T_q, d_v)$")
     d.text(40, 386, "Row $i$ of the output is the average of the rows of $V$ with the weights of row $i$ of $A$.",
            anchor="start", size=SMALL, muted=True)
     return d

@@ -22,29 +22,28 @@ def _projections(d: Diagram, sources: dict[str, object], x0: float, top: float):
     return out
 
 
+def _attend(d: Diagram, sources: dict, x: float, w: float, output: str) -> None:
+    """Projections of the sources to Q, K and V, attention over them, and its output, in a panel at x."""
+    qkv = _projections(d, sources, x + 32 + (w - 250) / 2, 136)
+    att = d.box(x, 92, w, 34, "$\\operatorname{softmax}(QK^\\top / \\sqrt{d_k})\\, V$", shape="op")
+    for t in qkv.values():
+        d.arrow([t.top, (t.cx, att.y1)])
+    y = d.box(x, 40, w, 30, output, role="value")
+    d.arrow([att.top, y.bottom])
+
+
 @diagram
 def self_vs_cross_attention() -> Diagram:
     d = Diagram("self_vs_cross_attention", 720, 346, "Self-attention and cross-attention")
     for x0, title in ((20, "Self-attention: $Q$, $K$, $V$ from the same $X$"),
                       (380, "Cross-attention: $Q$ from $X$, $K$ and $V$ from $Z$")):
         d.text(x0, 20, title, anchor="start", bold=True, size=SMALL)
-    # self-attention: one sequence X of T tokens
+    # self-attention: one sequence X of T tokens; cross-attention: queries from X, keys and values from Z
     x = d.box(54, 272, 250, 34, "$X$: $T$ tokens of width $D$", shape="tensor")
-    qkv = _projections(d, {"Q": x, "K": x, "V": x}, 86, 136)
-    att = d.box(54, 92, 250, 34, "$\\operatorname{softmax}(QK^\\top / \\sqrt{d_k})\\, V$", shape="op")
-    for t in qkv.values():
-        d.arrow([t.top, (t.cx, att.y1)])
-    y = d.box(54, 40, 250, 30, "$Y$: one output per token ($T$)", role="value")
-    d.arrow([att.top, y.bottom])
-    # cross-attention: queries from X (T_q tokens), keys and values from Z (T_k tokens)
+    _attend(d, {"Q": x, "K": x, "V": x}, 54, 250, "$Y$: one output per token ($T$)")
     xq = d.box(414, 272, 84, 34, "$X$: $T_q$", shape="tensor")
     z = d.box(510, 272, 176, 34, "$Z$: $T_k$ tokens", shape="tensor")
-    qkv = _projections(d, {"Q": xq, "K": z, "V": z}, 456, 136)
-    att = d.box(414, 92, 272, 34, "$\\operatorname{softmax}(QK^\\top / \\sqrt{d_k})\\, V$", shape="op")
-    for t in qkv.values():
-        d.arrow([t.top, (t.cx, att.y1)])
-    y = d.box(414, 40, 272, 30, "$Y$: one output per query ($T_q$)", role="value")
-    d.arrow([att.top, y.bottom])
+    _attend(d, {"Q": xq, "K": z, "V": z}, 414, 272, "$Y$: one output per query ($T_q$)")
     d.text(550, 332, "e.g. $X$ the words written so far, $Z$ the source", size=SMALL, muted=True)
     return d
 
