@@ -14,12 +14,13 @@ from attnbook_book.diagrams import svg
 
 REPO = notebooks.REPO
 CHAPTERS = notebooks.chapter_sources()
+PAGES = CHAPTERS + sorted((REPO / "book").glob("*.md"))  # every page that may show a diagram
 IMAGE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<src>[^)]*images/diagrams/(?P<name>[a-z0-9_]+)\.svg)\)[ \t]*$", re.M)
 NS = {"svg": "http://www.w3.org/2000/svg"}
 
 
 def uses() -> list[tuple[Path, re.Match]]:
-    return [(md, m) for md in CHAPTERS for m in IMAGE.finditer(md.read_text())]
+    return [(md, m) for md in PAGES for m in IMAGE.finditer(md.read_text())]
 
 
 # --- the files are the sources' output ---------------------------------------------------------------------
@@ -146,12 +147,13 @@ def test_every_diagram_is_used_once():
     assert set(used) == set(diagrams.REGISTRY), f"unused: {sorted(set(diagrams.REGISTRY) - set(used))}"
 
 
-@pytest.mark.parametrize("md", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+@pytest.mark.parametrize("md", PAGES, ids=[p.stem for p in PAGES])
 def test_diagrams_have_alt_text_caption_and_a_reference(md):
     text = md.read_text()
+    prefix = "images/diagrams" if md.parent.name == "book" else "../book/images/diagrams"
     for m in IMAGE.finditer(text):
         name, alt = m["name"], m["alt"]
-        assert m["src"] == f"../book/images/diagrams/{name}.svg", f"{name}: use the path relative to the chapter"
+        assert m["src"] == f"{prefix}/{name}.svg", f"{name}: use the path relative to {md.name}"
         assert (diagrams.OUT / f"{name}.svg").is_file()
         assert len(alt.split()) >= 25, f"{name}: the alt text should describe the structure in words"
         before, after = text[:m.start()], text[m.end():]

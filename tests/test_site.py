@@ -556,3 +556,19 @@ def test_three_jobs_in_the_page_equals_onnx_runtime(server, browser):
         assert errors == [] and outside == []
     finally:
         page.close()
+
+
+def test_diagram_files_render_on_their_own(browser):
+    """What Jupyter shows: each diagram file, loaded as an image outside the book, has a size."""
+    import base64
+
+    page = browser.new_page()
+    try:
+        for path in sorted((REPO / "book" / "images" / "diagrams").glob("*.svg")):
+            data = base64.b64encode(path.read_bytes()).decode()
+            page.set_content(f'<img id="d" src="data:image/svg+xml;base64,{data}">')
+            page.wait_for_function("document.getElementById('d').complete")
+            width = page.evaluate("document.getElementById('d').naturalWidth")
+            assert width > 0, f"{path.name} does not render as an image"
+    finally:
+        page.close()

@@ -23,12 +23,12 @@ logger = logging.getLogger(__name__)
 
 DIAGRAMS = "book/images/diagrams"  # relative to the book's source folder
 CAPTION_MARK = "Figure."
-_FILE = re.compile(r"(?:^|/)book/images/diagrams/([a-z0-9_]+)\.svg$")
+_FILE = re.compile(r"(?:^|/)images/diagrams/([a-z0-9_]+)\.svg$")
 _SVG_OPEN = re.compile(r"<svg\b[^>]*>")
 
 
 def diagram_name(uri: str) -> str | None:
-    """The diagram an image URI shows (a path ending in ``book/images/diagrams/<name>.svg``), or None."""
+    """The diagram an image URI shows (a path ending in ``images/diagrams/<name>.svg``), or None."""
     match = _FILE.search(uri.replace("\\", "/"))
     return match.group(1) if match else None
 
