@@ -38,7 +38,7 @@ def label(name: str) -> str:
     return "fig-" + name.replace("_", "-")
 
 
-MIN_SCALE = 0.95  # a diagram may shrink this much to fit the text column; below that it scrolls sideways
+MIN_SCALE = 0.93  # a diagram may shrink this much to fit the text column; below that it scrolls sideways
 
 
 def inline_svg(svg: str, alt: str) -> str:
