@@ -16,9 +16,6 @@ NB ?= $(sort $(wildcard chapters/[0-9][0-9]_*.ipynb))
 PARTIAL ?=
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-# Offline copies of the data sets: ../shared/data when it exists, unless ATTNBOOK_DATA is already set.
-ATTNBOOK_DATA ?= $(firstword $(wildcard $(abspath ../shared/data)))
-export ATTNBOOK_DATA
 export PYTHONUNBUFFERED := 1
 # One compute thread per process: on a small shared machine, PyTorch's thread pool spinning against other
 # processes made some tests 5 to 15 times slower. Override with OMP_NUM_THREADS=N.
