@@ -192,16 +192,23 @@ def _run_in_kernel(plan: _Plan, workdir: Path, timeout: int) -> tuple[dict[int, 
     """Run the plan's cells in a fresh kernel in ``workdir``: the answers taken (exercise -> what the
     extraction reported) and '' or why the run stopped early. Flags the exercises whose part displays a tick."""
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source, _, _ in plan.cells]
-    client = NotebookClient(nb, timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
-                            kernel_name="python3", resources={"metadata": {"path": str(workdir)}})
     stopped = ""
     try:
-        client.execute()
+        with tempfile.TemporaryDirectory(prefix="attnbook-kernel-") as sockets:
+            # local sockets rather than TCP ports, in a folder of their own
+            manager = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
+            try:
+                NotebookClient(nb, km=manager, timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
+                               resources={"metadata": {"path": str(workdir)}}).execute()
+            finally:
+                if manager.has_kernel:  # the kernel and the processes of its group
+                    manager.shutdown_kernel(now=True)
     except DeadKernelError:
         stopped = "the notebook's kernel died before the answer could be taken"
     except Exception as error:  # noqa: BLE001 - e.g. the kernel did not start; the answers tell the rest
