@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from attnbook import bpe, data, lora, measure, models, pretrain, train
-from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
+from _common import cpu_name, loadavg, markers, summary, write_section  # noqa: E402  (benchmarks/_common.py)
 
 HERE = Path(__file__).resolve().parent
 ENCODER = dict(block_size=16, n_layers=2, n_heads=4, d_model=64, norm_position="pre")
@@ -143,10 +143,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def summary(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.1%}"
-    return f"{statistics.mean(values):.1%} ({min(values):.1%} to {max(values):.1%})"
 
 
 def table(result: dict) -> str:
