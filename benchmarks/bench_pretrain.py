@@ -4,7 +4,7 @@ The task is the chapter's: is a string a real word of Tiny Shakespeare (4 to 10 
 letters shuffled? The encoder is the chapter's (2 layers, width 64, 4 heads, letters as tokens), pretrained
 with masked language modelling on the words of the training text (the first 90%), one word at a time.
 
-Two pretrainings: the chapter's (300 steps) and a longer one (``--pretrain-steps``, 2,000 by default). Then,
+Two pretrainings: the chapter's (300 steps) and a longer one (``--pretrain-steps``, 1,200 by default). Then,
 for each number of labelled examples and each seed (which examples, the head's initialisation, the batch
 order), classifiers trained with the chapter's fine-tuning recipe (AdamW, batches of 32, a cosine schedule,
 max(100, 3 passes over the examples) steps):
@@ -72,8 +72,8 @@ def run_pretraining(config, unlabelled, steps, pad, mask, device) -> tuple[pretr
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 1000, 5000])
-    parser.add_argument("--pretrain-steps", type=int, default=2000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 1000, 3000])
+    parser.add_argument("--pretrain-steps", type=int, default=1200)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--out", type=Path, default=HERE / "results" / "pretrain.json")
     parser.add_argument("--readme", type=Path, default=HERE / "README.md")

@@ -27,6 +27,10 @@ __all__ = ["LoRALinear", "add_lora", "merge_lora", "freeze"]
 class LoRALinear(nn.Module):
     """A frozen ``nn.Linear`` plus a trainable low-rank update (alpha / r) B A.
 
+    ``forward`` applies A and B to x one after the other (never forming a d_out x d_in matrix). Code that
+    reads ``.weight`` and ``.bias`` directly, as the library's attention does to project queries, keys and
+    values in one product, gets the effective weight W + (alpha / r) B A, so it computes the same thing.
+
     Shapes:
         base.weight: W (d_out, d_in); A: (r, d_in); B: (d_out, r)
         x:           (..., d_in)
