@@ -566,7 +566,8 @@ def mask_panels(masks: dict[str, Any], labels: dict[str, tuple[Sequence[str], Se
 
     if not masks:
         raise ValueError("masks is empty")
-    fig = make_subplots(rows=1, cols=len(masks), subplot_titles=list(masks), horizontal_spacing=0.06)
+    titles = [name.replace(": ", ":<br>") for name in masks]  # two short lines each, so neighbours do not overlap
+    fig = make_subplots(rows=1, cols=len(masks), subplot_titles=titles, horizontal_spacing=0.08)
     for i, (name, mask) in enumerate(masks.items(), start=1):
         z = to_numpy(mask)
         if z.ndim != 2:
@@ -579,7 +580,7 @@ def mask_panels(masks: dict[str, Any], labels: dict[str, tuple[Sequence[str], Se
                       row=1, col=i)
         fig.update_xaxes(title_text="key", type="category", row=1, col=i)
         fig.update_yaxes(title_text="query" if i == 1 else None, type="category", autorange="reversed", row=1, col=i)
-    fig.update_layout(title=title, height=340)
+    fig.update_layout(title=title, height=380, margin={"t": 110})
     return fig
 
 
@@ -603,6 +604,7 @@ def accuracy_by_size(results: dict[str, dict[int, Sequence[float]]], *, title: s
                         hovertemplate="%{x} examples: %{y:.1%}<extra>" + name + "</extra>")
     if chance is not None:
         fig.add_hline(y=chance, line_dash="dot", annotation_text="chance")
+    sizes = sorted({n for by_size in results.values() for n in by_size})
     fig.update_layout(title=title, xaxis_type="log", xaxis_title=x_title, yaxis_title=y_title,
-                      yaxis_tickformat=".0%")
+                      yaxis_tickformat=".0%", xaxis_tickvals=sizes, xaxis_ticktext=[f"{n:,}" for n in sizes])
     return fig
