@@ -22,6 +22,7 @@ from torch import nn
 
 from . import _checks, train
 from .attention import padding_mask
+from .blocks import masked_mean
 from .models import INITS, Encoder, TransformerConfig
 
 __all__ = ["IGNORE_INDEX", "mlm_mask", "mlm_loss", "MLMHead", "MaskedLM", "SequenceClassifier", "pad",
@@ -191,14 +192,9 @@ class SequenceClassifier(nn.Module):
         self.head = nn.Linear(encoder.config.d_model, _checks.positive_int("n_classes", n_classes))
 
     def forward(self, ids: torch.Tensor, lengths=None) -> torch.Tensor:
-        mask = _src_mask(ids, lengths)
+        mask = _src_mask(ids, lengths)  # (B, 1, T) or None
         h = self.encoder(ids, mask)  # (B, T, D)
-        if mask is None:
-            pooled = h.mean(dim=1)  # (B, D)
-        else:
-            real = mask.transpose(1, 2).to(h.dtype)  # (B, T, 1)
-            pooled = (h * real).sum(dim=1) / real.sum(dim=1)  # (B, D)
-        return self.head(pooled)  # (B, n_classes)
+        return self.head(masked_mean(h, None if mask is None else mask[:, 0]))  # (B, D) -> (B, n_classes)
 
 
 def pad(sequences: Sequence[Sequence[int]], pad_id: int, *, max_len: int | None = None

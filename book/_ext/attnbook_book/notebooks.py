@@ -171,6 +171,9 @@ def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False
             continue
         (src / "chapters").mkdir(exist_ok=True)
         shutil.copy2(executed_nb, src / "chapters" / name)
+    exported = executed / "exported"  # models the chapters exported (attnbook.export), for the pages that run them
+    if exported.is_dir():
+        shutil.copytree(exported, src / "exported", ignore=shutil.ignore_patterns("*.pt"))
     report = executed.parent / "reports" / "execution_times.json"
     if report.exists():  # for the table of execution times in the introduction
         (src / "book" / "_data").mkdir(parents=True, exist_ok=True)
