@@ -562,21 +562,6 @@ def grid_similarity_figure(similarity, grid: Sequence[int], *, title: str = "", 
     return fig
 
 
-# --- Masks side by side, and accuracy against the amount of labelled data -----------------------------
-# Chapter: from text to tokens, and pretraining (13).
-
-__all__ += ["mask_panels", "accuracy_by_size"]
-
-
-def mask_panels(masks: dict[str, Any], labels: dict[str, tuple[Sequence[str], Sequence[str]]] | None = None, *,
-                title: str = ""):
-    """Boolean attention masks side by side, one panel each: a filled cell is a key the query may attend to.
-
-    ``labels`` maps a panel's name to (key labels, query labels).
-
-    Shapes:
-        each mask: (Tq, Tk), True = may attend
-
 # --- Beyond text: graphs and spectrograms -------------------------------------------------------------------
 # Chapter: beyond text.
 
@@ -659,6 +644,54 @@ def spectrogram_grid(spectrograms, titles: Sequence[str], *, sample_rate: float,
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    S = _one_channel(spectrograms, "spectrograms must be (n, F, T) or (n, 1, F, T)")
+    n, F, T = S.shape
+    if len(titles) != n:
+        raise ValueError(f"expected {n} titles, got {len(titles)}")
+    rows = -(-n // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.02,
+                        vertical_spacing=0.12, shared_xaxes=True, shared_yaxes=True)
+    t = np.arange(T) * hop_length / sample_rate  # (T,) seconds, the centre of each frame
+    f = np.arange(F) * sample_rate / n_fft  # (F,) Hz
+    lo, hi = float(S.min()), float(S.max())
+    for k in range(n):
+        r, c = divmod(k, cols)
+        fig.add_trace(go.Heatmap(z=S[k], x=t, y=f, zmin=lo, zmax=hi, colorscale="Viridis", showscale=k == 0,
+                                 colorbar={"title": "log(1 + |X|)"},
+                                 hovertemplate="%{x:.3f} s, %{y:.0f} Hz: %{z:.2f}<extra></extra>"),
+                      row=r + 1, col=c + 1)
+        if patch_size:
+            dt, df = hop_length / sample_rate, sample_rate / n_fft
+            for i in range(0, F + 1, patch_size):
+                fig.add_shape(type="line", x0=t[0] - dt / 2, x1=t[-1] + dt / 2, y0=(i - 0.5) * df, y1=(i - 0.5) * df,
+                              line={"color": "white", "width": 1}, row=r + 1, col=c + 1)
+            for j in range(0, T + 1, patch_size):
+                fig.add_shape(type="line", x0=(j - 0.5) * dt, x1=(j - 0.5) * dt, y0=-df / 2, y1=(F - 0.5) * df,
+                              line={"color": "white", "width": 1}, row=r + 1, col=c + 1)
+    fig.update_xaxes(title_text="time (s)", row=rows, col=1)
+    fig.update_yaxes(title_text="frequency (Hz)", row=1, col=1)
+    fig.update_layout(title=title, height=height_per_row * rows + 80, margin={"l": 10, "r": 10, "t": 70, "b": 10})
+    return fig
+
+
+# --- Masks side by side, and accuracy against the amount of labelled data -----------------------------
+# Chapter: from text to tokens, and pretraining (13).
+
+__all__ += ["mask_panels", "accuracy_by_size"]
+
+
+def mask_panels(masks: dict[str, Any], labels: dict[str, tuple[Sequence[str], Sequence[str]]] | None = None, *,
+                title: str = ""):
+    """Boolean attention masks side by side, one panel each: a filled cell is a key the query may attend to.
+
+    ``labels`` maps a panel's name to (key labels, query labels).
+
+    Shapes:
+        each mask: (Tq, Tk), True = may attend
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
     if not masks:
         raise ValueError("masks is empty")
     titles = [name.replace(": ", ":<br>") for name in masks]  # two short lines each, so neighbours do not overlap
@@ -702,32 +735,4 @@ def accuracy_by_size(results: dict[str, dict[int, Sequence[float]]], *, title: s
     sizes = sorted({n for by_size in results.values() for n in by_size})
     fig.update_layout(title=title, xaxis_type="log", xaxis_title=x_title, yaxis_title=y_title,
                       yaxis_tickformat=".0%", xaxis_tickvals=sizes, xaxis_ticktext=[f"{n:,}" for n in sizes])
-
-    S = _one_channel(spectrograms, "spectrograms must be (n, F, T) or (n, 1, F, T)")
-    n, F, T = S.shape
-    if len(titles) != n:
-        raise ValueError(f"expected {n} titles, got {len(titles)}")
-    rows = -(-n // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.02,
-                        vertical_spacing=0.12, shared_xaxes=True, shared_yaxes=True)
-    t = np.arange(T) * hop_length / sample_rate  # (T,) seconds, the centre of each frame
-    f = np.arange(F) * sample_rate / n_fft  # (F,) Hz
-    lo, hi = float(S.min()), float(S.max())
-    for k in range(n):
-        r, c = divmod(k, cols)
-        fig.add_trace(go.Heatmap(z=S[k], x=t, y=f, zmin=lo, zmax=hi, colorscale="Viridis", showscale=k == 0,
-                                 colorbar={"title": "log(1 + |X|)"},
-                                 hovertemplate="%{x:.3f} s, %{y:.0f} Hz: %{z:.2f}<extra></extra>"),
-                      row=r + 1, col=c + 1)
-        if patch_size:
-            dt, df = hop_length / sample_rate, sample_rate / n_fft
-            for i in range(0, F + 1, patch_size):
-                fig.add_shape(type="line", x0=t[0] - dt / 2, x1=t[-1] + dt / 2, y0=(i - 0.5) * df, y1=(i - 0.5) * df,
-                              line={"color": "white", "width": 1}, row=r + 1, col=c + 1)
-            for j in range(0, T + 1, patch_size):
-                fig.add_shape(type="line", x0=(j - 0.5) * dt, x1=(j - 0.5) * dt, y0=-df / 2, y1=(F - 0.5) * df,
-                              line={"color": "white", "width": 1}, row=r + 1, col=c + 1)
-    fig.update_xaxes(title_text="time (s)", row=rows, col=1)
-    fig.update_yaxes(title_text="frequency (Hz)", row=1, col=1)
-    fig.update_layout(title=title, height=height_per_row * rows + 80, margin={"l": 10, "r": 10, "t": 70, "b": 10})
     return fig
