@@ -248,15 +248,15 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
                                mlp=activation, bias=_has_bias(w1), tie_weights=False)
     with _seeded(1):
         ref = GPT(config).eval()
-    g = torch.Generator().manual_seed(2)
+    weights = torch.Generator().manual_seed(2)
     with torch.no_grad():  # all four before copying any: a tied lm_head and tok_emb share one weight
-        _randomise(g, module.tok_emb, module.pos_emb, _norm(exercise, module, "norm_f", D), head)
+        _randomise(weights, module.tok_emb, module.pos_emb, _norm(exercise, module, "norm_f", D), head)
         ref.embed.token.load_state_dict(module.tok_emb.state_dict())
         ref.embed.position.table.load_state_dict(module.pos_emb.state_dict())
         ref.lm_head.weight.copy_(head.weight)
         ref.norm_f.load_state_dict(module.norm_f.state_dict())
         for ours, theirs in zip(ref.blocks, blocks):  # one after the other: one Block repeated keeps the last
-            _copy_block(exercise, theirs, ours, D, w1.out_features, g)
+            _copy_block(exercise, theirs, ours, D, w1.out_features, weights)
 
     def variant(idx, *, positions=True, final_norm=True, repeated=False):
         x = ref.embed.token(idx) + (ref.embed.position(idx.shape[1]) if positions else 0.0)
