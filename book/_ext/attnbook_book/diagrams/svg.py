@@ -48,15 +48,18 @@ GREEK = {name: chr(code) for name, code in [
     ("tau", 0x3C4), ("phi", 0x3C6), ("omega", 0x3C9), ("Delta", 0x394), ("Sigma", 0x3A3), ("Omega", 0x3A9)]}
 SYMBOLS = {"odot": "\u2299", "oplus": "\u2295", "otimes": "\u2297", "times": "\u00d7", "cdot": "\u00b7",
            "top": "\u22a4", "to": "\u2192", "rightarrow": "\u2192", "leftarrow": "\u2190", "infty": "\u221e",
-           "ell": "\u2113", "le": "\u2264", "ge": "\u2265", "sum": "\u03a3", "in": "\u2208", "partial": "\u2202",
+           "ell": "\u2113", "le": "\u2264", "ge": "\u2265", "ll": "\u226a", "sum": "\u03a3", "in": "\u2208", "partial": "\u2202",
            "approx": "\u2248", "ldots": "\u2026", "dots": "\u2026", "lfloor": "\u230a", "rfloor": "\u230b",
            "mid": "|", "sqrt": "\u221a", ",": "\u2009", "&": "&", ";": " ", " ": " ", "{": "{", "}": "}", "prime": "\u2032"}
 ACCENTS = {"tilde": "\u0303", "hat": "\u0302", "bar": "\u0304"}
 UPRIGHT_CMDS = {"mathrm", "text", "operatorname"}
-BINARY = set("=+-<>") | {"\u2299", "\u2295", "\u2297", "\u00d7", "\u2192", "\u2190", "\u2248", "\u2264", "\u2265",
-                          "\u2208"}
+BINARY = set("=+-<>|") | {"\u2299", "\u2295", "\u2297", "\u00d7", "\u2192", "\u2190", "\u2248", "\u2264",
+                           "\u2265", "\u2208", "\u226a"}
 MEDIUM_SPACE = "\u2005"  # spacing around binary operators and relations, as TeX sets them
 FUNCTIONS = {"tanh", "exp", "log", "max", "min", "sin", "cos"}
+CALLIGRAPHIC = {"B": "\u212c", "L": "\u2112", "M": "\u2133", "T": "\U0001d4af"}
+SIZING = {"big", "Big", "bigl", "bigr", "Bigl", "Bigr", "left", "right"}  # delimiters keep their size here
+ARG_CMDS = UPRIGHT_CMDS | set(ACCENTS) | {"mathbf", "mathcal", "sqrt"}
 
 
 @dataclass
@@ -82,7 +85,10 @@ def _group(s: str, i: int) -> tuple[str, int]:
         raise LayoutError(f"unbalanced braces in {s!r}")
     if s[i] == "\\":
         m = re.match(r"\\([A-Za-z]+|.)", s[i:])
-        return m.group(0), i + len(m.group(0))
+        end = i + len(m.group(0))
+        if m.group(1) in ARG_CMDS:  # a command with an argument, as in E_\mathrm{pos}: take both
+            _, end = _group(s, end)
+        return s[i:end], end
     return s[i], i + 1
 
 
@@ -114,6 +120,11 @@ def _math(s: str, level: int = 0, bold: bool = False) -> list[Run]:
                 arg, i = _group(s, i)
                 runs.append(Run("\u221a", False, bold, level))
                 runs += _math(arg, level, bold)
+            elif name == "mathcal":
+                arg, i = _group(s, i)
+                runs.append(Run("".join(CALLIGRAPHIC.get(ch, ch) for ch in arg), False, bold, level))
+            elif name in SIZING:
+                pass
             elif name in FUNCTIONS:
                 rest = s[i:].lstrip()
                 runs.append(Run(name + ("" if not rest or rest[0] in "(^_" else "\u2009"), False, bold, level))
