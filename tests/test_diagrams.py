@@ -95,9 +95,7 @@ def test_layout_errors_are_caught():
 def test_math_labels():
     runs = svg.parse("$W_{hh} h_{t-1}$ and $\\tanh(x)$")
     assert [(r.text, r.italic, r.level) for r in runs[:4]] == [("W", True, 0), ("hh", True, -1), ("h", True, 0),
-                                                               ("t\u22121", True, -1)][:2] + [(r.text, r.italic, r.level)
-                                                                                             for r in runs[2:4]]
-    assert (runs[0].text, runs[0].italic, runs[1].text, runs[1].level) == ("W", True, "hh", -1)
+                                                               ("t", True, -1)]
     assert any(r.text == "\u22121" and r.level == -1 for r in runs), "an upright minus sign in the subscript"
     assert any(r.text.startswith("tanh") and not r.italic for r in runs), "function names are upright"
     assert svg.measure("$K_h^\\top$") < svg.measure("$K_h$") + svg.measure("$^\\top$"), "scripts are stacked"
