@@ -3,6 +3,10 @@
 Masks are boolean with True = "this query may attend to this key", broadcastable to the
 scores' shape (..., Tq, Tk), the same convention as ``torch.nn.functional.scaled_dot_product_attention``.
 A query row with no allowed key gets all-zero weights (and so a zero output), never NaN.
+
+A *score bias* b is a float tensor of the same broadcastable shape that is added to the scaled scores,
+softmax(q . k / sqrt(Dk) + b_ij): relative positions, graph distances, any structure between tokens i and
+j that the scores should see. A float ``attn_mask`` of ``F.scaled_dot_product_attention`` is such a bias.
 """
 from __future__ import annotations
 
@@ -69,14 +73,15 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float) -> torch.
     return torch.softmax(scores / temperature, dim=-1)
 
 
-def check_qkv(q, k, v, mask=None, *, same_batch: bool = False) -> tuple[int, ...]:
-    """Check queries, keys, values (and a mask) for attention; return the scores' shape (..., Tq, Tk).
+def check_qkv(q, k, v, mask=None, *, same_batch: bool = False, score_bias=None) -> tuple[int, ...]:
+    """Check queries, keys, values (a mask, a score bias) for attention; return the scores' shape (..., Tq, Tk).
 
     Every attention function of the book calls this, so that bad input gets the same clear error
     everywhere. ``same_batch`` asks q, k and v to have identical batch dimensions (no broadcasting).
 
     Shapes:
-        q: (..., Tq, Dk), k: (..., Tk, Dk), v: (..., Tk, Dv); mask: boolean, broadcastable to (..., Tq, Tk)
+        q: (..., Tq, Dk), k: (..., Tk, Dk), v: (..., Tk, Dv); mask: boolean, broadcastable to (..., Tq, Tk);
+        score_bias: floating point, broadcastable to (..., Tq, Tk)
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, x, min_ndim=2, floating=True)
@@ -116,7 +121,18 @@ def check_qkv(q, k, v, mask=None, *, same_batch: bool = False) -> tuple[int, ...
     if mask is not None:
         _checks.tensor("mask", mask, dtype=torch.bool)
         _checks.broadcastable("mask", mask, scores_shape, "the scores' shape (..., Tq, Tk)")
+    if score_bias is not None:
+        check_score_bias(score_bias, scores_shape, "the scores' shape (..., Tq, Tk)")
     return scores_shape
+
+
+def check_score_bias(score_bias, target, what: str) -> torch.Tensor:
+    """Check that ``score_bias`` is a finite floating-point tensor broadcastable to ``target``; return it."""
+    _checks.tensor("score_bias", score_bias, floating=True)
+    _checks.broadcastable("score_bias", score_bias, target, what)
+    if not torch.isfinite(score_bias).all():
+        raise ValueError("score_bias must be finite: forbid a key with the boolean mask (False), not with -inf")
+    return score_bias
 
 
 def scaled_dot_product_attention(
@@ -126,25 +142,32 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     *,
     scale: float | None = None,
+    score_bias: torch.Tensor | None = None,
     return_weights: bool = False,
 ):
-    r"""Attention(Q, K, V) = softmax(Q K^T * scale) V, with scale = 1 / sqrt(Dk) by default.
+    r"""Attention(Q, K, V) = softmax(Q K^T * scale + B) V, with scale = 1 / sqrt(Dk) by default and B = 0.
+
+    ``score_bias`` B adds b_ij to the score of query i and key j after the scaling, as a float
+    ``attn_mask`` does in ``F.scaled_dot_product_attention``; ``mask`` still decides which keys count.
 
     Shapes:
         q:    (..., Tq, Dk)
         k:    (..., Tk, Dk)
         v:    (..., Tk, Dv)
         mask: boolean, broadcastable to (..., Tq, Tk); True = may attend
+        score_bias: floating point, broadcastable to (..., Tq, Tk)
         return: out (..., Tq, Dv), and weights (..., Tq, Tk) when ``return_weights=True``
 
-    Chapter: queries, keys and values.
+    Chapter: queries, keys and values; beyond text (the score bias: distances in a graph).
     """
-    check_qkv(q, k, v, mask)
+    check_qkv(q, k, v, mask, score_bias=score_bias)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = _checks.positive_float("scale", scale, allow_zero=True)
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    if score_bias is not None:
+        scores = scores + score_bias.to(scores.dtype)  # (..., Tq, Tk)
     weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
     out = weights @ v  # (..., Tq, Dv)
     return (out, weights) if return_weights else out
@@ -288,19 +311,31 @@ class AdditiveAttention(nn.Module):
 
 
 
-def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool):
+def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool, score_bias=None):
     """The attention of every head, given projected q (B, H, Tq, Dh), k and v (B, H or H_kv, Tk, Dh).
 
     PyTorch's fused kernel when the weights are not asked for (with zeros, not NaN, for a query that may
-    attend to no key), else the explicit softmax. Returns (heads (B, H, Tq, Dh), weights or None).
+    attend to no key), else the explicit softmax. ``score_bias`` (broadcastable to (B, H, Tq, Tk)) is added
+    to the scaled scores; for the fused kernel it becomes a float ``attn_mask`` with -inf where ``mask`` is
+    False. Returns (heads (B, H, Tq, Dh), weights or None).
     """
     if return_weights:
-        weights = masked_softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]), mask)  # (B, H, Tq, Tk)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+        if score_bias is not None:
+            scores = scores + score_bias.to(scores.dtype)
+        weights = masked_softmax(scores, mask)  # (B, H, Tq, Tk)
         return F.dropout(weights, p) @ v, weights  # (B, H, Tq, Dh)
-    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=fused_causal)
+    attn_mask = mask
+    if score_bias is not None:
+        attn_mask = score_bias.to(q.dtype)  # (.., Tq, Tk) float: added to the scores by the kernel
+        if mask is not None:  # rows with no allowed key stay finite here and are zeroed below
+            allowed = mask | ~mask.any(dim=-1, keepdim=True)
+            attn_mask = torch.where(allowed, attn_mask, float("-inf"))  # broadcast to both shapes
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=fused_causal)
     if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
         heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return heads, None  # (B, H, Tq, Dh)
+
 
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention: H heads of width Dh = D / H, each attending in its own subspace.
@@ -313,15 +348,19 @@ class MultiHeadAttention(nn.Module):
     (B, H, Tq, Tk) weights with :func:`scaled_dot_product_attention`; otherwise the fast path calls
     ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no weights returned).
 
+    ``score_bias`` is added to every head's scaled scores (see :func:`scaled_dot_product_attention`): one
+    bias for all heads, or one per head (B, H, Tq, Tk), as the distance biases of graph transformers.
+
     Shapes:
         query: (B, Tq, D)
         key:   (B, Tk, D), defaults to query (self-attention)
         value: (B, Tk, D), defaults to key
         mask:  boolean, True = may attend; (Tq, Tk), (B, Tq, Tk) (e.g. ``padding_mask(lengths)``, which is
                (B, 1, Tk)) or (B, H, Tq, Tk); rank-2 and rank-3 masks apply to every head
+        score_bias: floating point, with the same shapes as ``mask``
         return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
 
-    Chapter: multi-head attention.
+    Chapter: multi-head attention; beyond text (the score bias).
     """
 
     def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True):
@@ -353,7 +392,7 @@ class MultiHeadAttention(nn.Module):
             out.extend(F.linear(inputs[group[0]], weight, bias).chunk(len(group), dim=-1))
         return out
 
-    def _check(self, query, key, value, mask):
+    def _check(self, query, key, value, mask, score_bias=None):
         for name, x in (("query", query), ("key", key), ("value", value)):
             _checks.tensor(name, x, ndim=3, floating=True)
             if x.shape[-1] != self.d_model:
@@ -366,28 +405,19 @@ class MultiHeadAttention(nn.Module):
         if query.shape[0] != key.shape[0]:
             raise ValueError(f"query and key must have the same batch size B, got query "
                              f"{_checks.shape_str(query.shape)} and key {_checks.shape_str(key.shape)}")
-        if mask is None:
-            return None
-        _checks.tensor("mask", mask, dtype=torch.bool)
-        if mask.dim() not in (2, 3, 4):
-            raise ValueError(f"mask must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
-                             f"got shape {_checks.shape_str(mask.shape)}")
-        if mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk): the same mask for every head
         target = (query.shape[0], self.n_heads, query.shape[1], key.shape[1])
-        _checks.broadcastable("mask", mask, target, "(B, H, Tq, Tk)")
-        return mask
+        return _head_mask(mask, target), _head_bias(score_bias, target)
 
     def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
-                return_weights: bool = False):
+                return_weights: bool = False, score_bias=None):
         key = query if key is None else key
         value = key if value is None else value
-        mask = self._check(query, key, value, mask)
+        mask, score_bias = self._check(query, key, value, mask, score_bias)
         B, T_q, D = query.shape
         T_k = key.shape[1]
         # A causal mask alone goes to the fused kernel as is_causal=True (the same top-left aligned
-        # triangle as causal_mask(Tq, Tk)); combined with another mask, or for the weights, it is built.
-        fused_causal = is_causal and mask is None and not return_weights
+        # triangle as causal_mask(Tq, Tk)); combined with another mask or a bias, or for the weights, it is built.
+        fused_causal = is_causal and mask is None and score_bias is None and not return_weights
         if is_causal and not fused_causal:
             causal = causal_mask(T_q, T_k, device=query.device)  # (Tq, Tk)
             mask = causal if mask is None else mask & causal
@@ -396,9 +426,36 @@ class MultiHeadAttention(nn.Module):
         k = k.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
         v = v.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
         heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
-                                return_weights)  # (B, H, Tq, Dh)
+                                return_weights, score_bias)  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out
+
+
+def _head_mask(mask, target):
+    """A boolean mask of rank 2, 3 or 4 checked against (B, H, Tq, Tk); rank 3 gets a head dimension."""
+    if mask is None:
+        return None
+    _checks.tensor("mask", mask, dtype=torch.bool)
+    if mask.dim() not in (2, 3, 4):
+        raise ValueError(f"mask must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
+                         f"got shape {_checks.shape_str(mask.shape)}")
+    if mask.dim() == 3:
+        mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk): the same mask for every head
+    _checks.broadcastable("mask", mask, target, "(B, H, Tq, Tk)")
+    return mask
+
+
+def _head_bias(score_bias, target):
+    """A score bias of rank 2, 3 or 4 checked against (B, H, Tq, Tk); rank 3 gets a head dimension."""
+    if score_bias is None:
+        return None
+    _checks.tensor("score_bias", score_bias, floating=True)
+    if score_bias.dim() not in (2, 3, 4):
+        raise ValueError(f"score_bias must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
+                         f"got shape {_checks.shape_str(score_bias.shape)}")
+    if score_bias.dim() == 3:
+        score_bias = score_bias.unsqueeze(1)  # (B, 1, Tq, Tk): the same bias for every head
+    return check_score_bias(score_bias, target, "(B, H, Tq, Tk)")
 
 
 class KVCache:
@@ -443,10 +500,12 @@ class GroupedQueryAttention(nn.Module):
     the keys and values, and the KV cache, shrink by the factor H / H_kv. ``rope=True`` rotates queries
     and keys with :func:`attnbook.positional.apply_rope` (self-attention only). With a :class:`KVCache`
     the queries are the new positions, the keys and values those of the cache plus the new ones.
+    ``score_bias`` is added to the scaled scores, as in :class:`MultiHeadAttention`.
 
     Shapes:
         query: (B, Tq, D); key, value: (B, Tk, D), default to query
         mask:  boolean, True = may attend, broadcastable to (B, H, Tq, Tk)
+        score_bias: floating point, broadcastable to (B, H, Tq, Tk) (rank 3 applies to every head)
         return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
 
     Chapter: modern tweaks (grouped-query attention, RoPE, KV cache).
@@ -477,7 +536,7 @@ class GroupedQueryAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
-                return_weights: bool = False, cache: KVCache | None = None):
+                return_weights: bool = False, cache: KVCache | None = None, score_bias=None):
         key = query if key is None else key
         value = key if value is None else value
         for name, x in (("query", query), ("key", key), ("value", value)):
@@ -504,16 +563,13 @@ class GroupedQueryAttention(nn.Module):
         group = self.n_heads // self.n_kv_heads
         k = k.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh): each key/value head serves `group` query heads
         v = v.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
-        if mask is not None:
-            _checks.tensor("mask", mask, dtype=torch.bool)
-            if mask.dim() == 3:
-                mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk)
-            _checks.broadcastable("mask", mask, (B, self.n_heads, T_q, T_k), "(B, H, Tq, Tk)")
-        fused_causal = is_causal and mask is None and T_q == T_k and not return_weights
+        mask = _head_mask(mask, (B, self.n_heads, T_q, T_k))
+        score_bias = _head_bias(score_bias, (B, self.n_heads, T_q, T_k))
+        fused_causal = is_causal and mask is None and score_bias is None and T_q == T_k and not return_weights
         if is_causal and not fused_causal:  # with a cache the queries are the last Tq of Tk positions
             causal = causal_mask(T_q, T_k, offset=T_k - T_q, device=query.device)  # (Tq, Tk)
             mask = causal if mask is None else mask & causal
         heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
-                                return_weights)  # (B, H, Tq, Dh)
+                                return_weights, score_bias)  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out
