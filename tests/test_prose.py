@@ -131,6 +131,9 @@ ALLOWED: dict[str, dict[str, str]] = {
         "at least 97% accuracy": "the accuracy the training cell asserts (`assert vit_accuracy >= 0.97`), a promise",
         "pre-trained on 90 million images and more": "the ViT paper's result, cited in the section it recalls",
     },
+    "13": {
+        "Masked language modelling hides 15% of the tokens": "BERT's masking recipe, quoted in the summary",
+    },
     "15": {
         "50% accuracy, by construction": "arithmetic: equal logits for the two answers give one of each pair right",
         "CLIP learned from 400 million pairs": "the CLIP paper's training set, batch size and temperature",
