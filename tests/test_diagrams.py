@@ -220,12 +220,8 @@ def test_book_warns_about_a_diagram_without_caption(tmp_path):
 
 
 def test_diagram_of_the_lab_uses_the_vocabulary_of_the_data():
-    import os
-
     from attnbook import data
     from attnbook_book.diagrams import ch12
 
-    if not os.environ.get("ATTNBOOK_DATA"):
-        pytest.skip("ATTNBOOK_DATA is not set (the Makefile sets it when ../shared/data exists)")
     text = data.fetch("tinyshakespeare", download=False).read_text(encoding="utf-8")
     assert len(set(text)) == ch12.VOCAB

@@ -1,14 +1,17 @@
 """The built HTML book, opened in headless Chromium (Debian's package, driven by Playwright).
 
-On every page: no console errors, no request leaves the local server, math is rendered. On pages with
-plotly figures: every figure renders, and moving a slider changes its figure. On pages with widgets:
-the widgets render. Every diagram is drawn, numbered, captioned and labelled for screen readers. Every
-page is opened again in dark mode at a phone's width: diagrams and plots take the dark colours, widgets
-keep legible text on the theme's light card, still with no console error. Every Colab link points at a notebook that exists in the repository.
+On every page: no console errors, no request leaves the local server, math is rendered, and every image
+has alt text. On pages with plotly figures: every figure renders, and moving a slider changes its figure.
+On pages with widgets: the widgets render. Every diagram is drawn, numbered, captioned and labelled for
+screen readers. Every page is opened again in dark mode at a phone's width: diagrams and plots take the
+dark colours, widgets keep legible text on the theme's light card, still with no console error. Every
+Colab link points at a notebook that exists in the repository. No chapter page shows a code cell that
+only glues numbers into the prose.
 """
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import json
 import os
@@ -147,6 +150,10 @@ def test_page(server, browser, path):
             assert "Error rendering" not in page.content()
 
         check_diagrams(page, path)
+        # Images, static and drawn by widgets: each says what it shows (not empty, not a file name).
+        images = page.evaluate("() => [...document.images].map(i => [i.getAttribute('alt'), i.src.slice(0, 80)])")
+        no_alt = [src for alt, src in images if not alt or not alt.strip() or re.search(r"\.(png|svg|jpe?g|gif)$", alt)]
+        assert no_alt == [], f"{path}: {len(no_alt)} of {len(images)} images without alt text: {no_alt}"
 
         # The model in the page: only a page with the widget may load onnxruntime or a model.
         if page.locator("div.attnbook-inpage").count() == 0:
@@ -240,6 +247,35 @@ def test_colab_links_point_at_notebooks_in_the_repo():
             assert link.startswith(prefix), f"{entry}.html: Colab link {link} does not start with {prefix}"
             target = REPO / link[len(prefix):]
             assert target.suffix == ".ipynb" and target.is_file(), f"{entry}.html: {link} names no notebook in the repo"
+
+
+CELL_INPUT = re.compile(r'<div class="cell_input docutils container">\s*<div class="highlight-[\w-]+ notranslate">'
+                        r'<div class="highlight"><pre>(.*?)</pre>', re.S)
+
+
+def visible_code_cells(page_html: str) -> list[str]:
+    """The source of every code cell whose input a built page contains (shown, or folded behind a toggle)."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", block)) for block in CELL_INPUT.findall(page_html)]
+
+
+def test_no_page_shows_a_cell_that_only_glues():
+    from attnbook_book.notebooks import is_glue_only
+
+    chapters = [e for e in built_toc() if e.startswith("chapters/")]
+    assert chapters, "no chapter in _toc.yml"
+    for entry in chapters:
+        cells = visible_code_cells((HTML / f"{entry}.html").read_text())
+        assert cells, f"{entry}.html: no code cell found; has the page layout changed?"
+        glue_only = [c for c in cells if is_glue_only(c)]
+        assert not glue_only, f"{entry}.html shows cells that only glue numbers (tag them remove-input): {glue_only}"
+
+
+def test_visible_code_cells_are_read_from_the_page():
+    page = ('<div class="cell_input docutils container">\n<div class="highlight-ipython3 notranslate"><div class='
+            '"highlight"><pre><span></span><span class="n">viz</span><span class="o">.</span><span class="n">glue'
+            '</span><span class="p">(</span><span class="s2">&quot;a&quot;</span><span class="p">,</span> '
+            '<span class="mi">1</span><span class="p">)</span>\n</pre></div>')
+    assert visible_code_cells(page) == ['viz.glue("a", 1)\n']
 
 
 def test_every_chapter_has_an_execution_time():

@@ -268,7 +268,7 @@ def test_wrong_channels_ranks_and_sizes():
         model(torch.zeros(1, 1, 8, 8, dtype=torch.long))
     with pytest.raises(TypeError, match="images must be a torch.Tensor"):
         vit.patchify([[0.0]], 2)
-    with pytest.raises(ValueError, match=r"patches must have shape \(B, N=16, C\*P\*P=4\)"):
+    with pytest.raises(ValueError, match=r"patches must have shape \(B, T=16, C\*P\*P=4\)"):
         vit.unpatchify(torch.zeros(1, 15, 4), 2, 8)
 
 

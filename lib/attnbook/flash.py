@@ -172,10 +172,10 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offse
                              block_q=256, block_k=256):
     r"""The backward pass of tiled attention (FlashAttention-2): gradients for q, k and v.
 
-    With D_i = sum_c dO_ic O_ic, each block of weights is recomputed from the saved log-sum-exp,
-    P = exp(S - L), and then
+    With Delta_i = sum_c dO_ic O_ic (D_i in the FlashAttention papers), each block of weights is recomputed
+    from the saved log-sum-exp, P = exp(S - L), and then
 
-        dV_j += P^T dO_i,   dP = dO_i V_j^T,   dS = P * (dP - D_i),
+        dV_j += P^T dO_i,   dP = dO_i V_j^T,   dS = P * (dP - Delta_i),
         dQ_i += scale * dS K_j,   dK_j += scale * dS^T Q_i.
 
     The outer loop runs over key blocks (each dK_j, dV_j is finished in one go), the inner over query
@@ -198,7 +198,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offse
     o3 = out.reshape(-1, t_q, d_v).to(work)  # (B, Tq, Dv)
     lse3 = lse.reshape(-1, t_q).to(work)  # (B, Tq)
     lse3 = torch.where(lse3 == _NEG_INF, float("inf"), lse3)  # rows with no allowed key: P = exp(S - inf) = 0
-    delta = (do3 * o3).sum(dim=-1)  # (B, Tq)  D_i = rowsum(dO * O)
+    delta = (do3 * o3).sum(dim=-1)  # (B, Tq)  Delta_i = rowsum(dO * O)
     dq = torch.zeros_like(q3)  # (B, Tq, Dk)
     dk = torch.zeros_like(k3)  # (B, Tk, Dk)
     dv = torch.zeros_like(v3)  # (B, Tk, Dv)

@@ -4,7 +4,7 @@ An image of shape (C, H, W) is cut into non-overlapping P x P patches, a grid of
 patches. Each patch is flattened to C * P * P numbers and mapped to a D-dimensional token by one shared
 linear map E (equation 1 of Dosovitskiy et al., 2021)::
 
-    z_0 = [x_class; x_1 E; ...; x_N E] + E_pos        (N = Hg * Wg patches, then pre-norm encoder blocks)
+    z_0 = [x_class; x_1 E; ...; x_T E] + E_pos        (T = Hg * Wg patches, then pre-norm encoder blocks)
 
 - :func:`patchify` / :func:`unpatchify`: images <-> sequences of flattened patches, each patch flattened
   channel by channel, ``(c, i, j)``, the layout of ``torch.nn.Conv2d``'s kernels and of ``F.unfold``;
@@ -138,7 +138,7 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 
     Shapes:
         images: (B, C, H, W)
-        return: (B, N, C * P * P) with N = (H / P) * (W / P)
+        return: (B, T, C * P * P) with T = (H / P) * (W / P)
 
     Chapter: vision transformers.
     """
@@ -147,14 +147,14 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     B, C, H, W = images.shape
     x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, Hg, P, Wg, P)
     x = x.permute(0, 2, 4, 1, 3, 5)  # (B, Hg, Wg, C, P, P)
-    return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
+    return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, T, C*P*P)
 
 
 def unpatchify(patches: torch.Tensor, patch_size: int, image_size, in_channels: int | None = None) -> torch.Tensor:
     """The inverse of :func:`patchify`: put flattened patches back in their places in the image.
 
     Shapes:
-        patches: (B, N, C * P * P) with N = (H / P) * (W / P)
+        patches: (B, T, C * P * P) with T = (H / P) * (W / P)
         return:  (B, C, H, W)
 
     Chapter: vision transformers.
@@ -163,10 +163,10 @@ def unpatchify(patches: torch.Tensor, patch_size: int, image_size, in_channels: 
     H, W = _pair("image_size", image_size)
     grid_h, grid_w = grid_size((H, W), P)
     _checks.tensor("patches", patches, ndim=3)
-    B, N, K = patches.shape
+    B, T, K = patches.shape
     C = K // (P * P) if in_channels is None else _checks.positive_int("in_channels", in_channels)
-    if N != grid_h * grid_w or K != C * P * P:
-        raise ValueError(f"patches must have shape (B, N={grid_h * grid_w}, C*P*P={C * P * P}) for {H} x {W} images "
+    if T != grid_h * grid_w or K != C * P * P:
+        raise ValueError(f"patches must have shape (B, T={grid_h * grid_w}, C*P*P={C * P * P}) for {H} x {W} images "
                          f"with patch_size={P}, got shape {_checks.shape_str(patches.shape)}")
     x = patches.reshape(B, grid_h, grid_w, C, P, P)  # (B, Hg, Wg, C, P, P)
     x = x.permute(0, 3, 1, 4, 2, 5)  # (B, C, Hg, P, Wg, P)
@@ -178,7 +178,7 @@ class LinearPatchEmbedding(nn.Module):
 
     Shapes:
         images: (B, C, H, W)
-        return: (B, N, D), one token per patch, N = (H / P) * (W / P)
+        return: (B, T, D), one token per patch, T = (H / P) * (W / P)
 
     Chapter: vision transformers.
     """
@@ -192,7 +192,7 @@ class LinearPatchEmbedding(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _check_images(images, self.patch_size, self.in_channels)
-        return self.E(patchify(images, self.patch_size))  # (B, N, D)
+        return self.E(patchify(images, self.patch_size))  # (B, T, D)
 
     def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, patch_size={self.patch_size}, d_model={self.d_model}"
@@ -208,7 +208,7 @@ class ConvPatchEmbedding(nn.Module):
 
     Shapes:
         images: (B, C, H, W)
-        return: (B, N, D), patches in row-major order
+        return: (B, T, D), patches in row-major order
 
     Chapter: vision transformers.
     """
@@ -236,7 +236,7 @@ class ConvPatchEmbedding(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _check_images(images, self.patch_size, self.in_channels)
         x = self.E(images)  # (B, D, Hg, Wg)
-        return x.flatten(2).transpose(1, 2)  # (B, N, D)
+        return x.flatten(2).transpose(1, 2)  # (B, T, D)
 
     def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, patch_size={self.patch_size}, d_model={self.d_model}"
@@ -354,7 +354,7 @@ class ViT(nn.Module):
             self.pos_embed = nn.Parameter(torch.randn(c.n_tokens, c.d_model) * 0.02)  # (T, D)
         else:
             pe = sinusoidal_2d(*c.grid, c.d_model) if c.positions == "sinusoidal2d" else torch.zeros(c.n_patches, c.d_model)
-            self.register_buffer("patch_positions", pe, persistent=False)  # (N, D), fixed
+            self.register_buffer("patch_positions", pe, persistent=False)  # (T, D), fixed
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             EncoderBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, mlp="gelu", norm_position="pre", eps=c.eps)
@@ -370,11 +370,11 @@ class ViT(nn.Module):
         c = self.config
         _checks.tensor("images", images, floating=True)
         _check_images(images, c.patch_size, c.in_channels, c.image_size)
-        x = self.patch_embed(images)  # (B, N, D)
+        x = self.patch_embed(images)  # (B, T, D)
         if c.positions != "learned":
-            x = x + self.patch_positions.to(x.dtype)  # (B, N, D); zeros for "none"
+            x = x + self.patch_positions.to(x.dtype)  # (B, T, D); zeros for "none"
         if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1 + N, D)
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1 + T, D)
         if c.positions == "learned":
             x = x + self.pos_embed.to(x.dtype)  # (B, T, D)
         return self.dropout(x)  # (B, T, D)

@@ -27,6 +27,7 @@ __all__ = [
     "softmax_temperature_figure",
     "heatmap_mpl",
     "bars_mpl",
+    "describe_mpl",
 ]
 
 
@@ -156,8 +157,8 @@ def attention_heatmap_slider(weights_list, x_labels_list=None, y_labels_list=Non
     return add_slider(fig, steps, prefix=prefix)
 
 
-def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title: str = "softmax(scores / T)"):
-    """Bars of softmax(scores / T) with a slider over the temperature T (log-spaced by default).
+def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title: str = "softmax(scores / τ)"):
+    """Bars of softmax(scores / τ) with a slider over the temperature τ (log-spaced by default).
 
     Shapes:
         scores: (N,)
@@ -174,7 +175,7 @@ def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title:
         e = np.exp((s - s.max()) / t)
         return e / e.sum()
 
-    start = int(np.argmin(np.abs(np.log(temperatures))))  # the step closest to T = 1
+    start = int(np.argmin(np.abs(np.log(temperatures))))  # the step closest to τ = 1
     w0 = weights(temperatures[start])
     fig = go.Figure(go.Bar(x=x, y=w0, text=[f"{v:.2f}" for v in w0], textposition="outside",
                            marker_color=color("weight"), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
@@ -184,7 +185,7 @@ def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title:
         w = weights(t)
         steps.append({"label": f"{t:.3g}", "data": {"y": [w], "text": [[f"{v:.2f}" for v in w]]},
                       "layout": {}})
-    return add_slider(fig, steps, prefix="T = ", active=start)
+    return add_slider(fig, steps, prefix="τ = ", active=start)
 
 
 def heatmap_mpl(weights, x_labels=None, y_labels=None, *, title: str = "", ax=None, annotate: bool = True):
@@ -226,6 +227,36 @@ def bars_mpl(values, labels=None, *, title: str = "", ylim=(0.0, 1.05), ax=None)
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def describe_mpl(fig) -> str:
+    """Alt text for a matplotlib figure, read from the figure itself: its titles, axes and named curves.
+
+    For example ``"Plot: Gradient norm against the lag. || dh_T / dh_t || (log scale) against lag k; curves:
+    linear RNN, tanh RNN."``, so that a picture drawn by a live explorer says what it shows.
+    """
+    suptitle = fig._suptitle.get_text().strip() if getattr(fig, "_suptitle", None) is not None else ""
+    parts = [f"{suptitle}." if suptitle else ""]
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>" or not (ax.has_data() or ax.get_title()):
+            continue
+        kind = "Heatmap" if ax.images else "Bar chart" if ax.patches and not ax.lines else "Plot"
+        text = f"{kind}: {ax.get_title().strip()}." if ax.get_title().strip() else f"{kind}."
+        y, x = ax.get_ylabel().strip(), ax.get_xlabel().strip()
+        if y and ax.get_yscale() == "log":
+            y += " (log scale)"
+        if x and y:
+            text += f" {y} against {x}."
+        names = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+        if names:
+            text += f" Curves: {', '.join(names)}."
+        elif kind == "Bar chart":
+            labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+            heights = [bar.get_height() for bar in ax.patches]
+            if labels and len(labels) == len(heights):
+                text += " " + ", ".join(f"{lab} {h:.2f}" for lab, h in zip(labels, heights)) + "."
+        parts.append(text)
+    return " ".join(p for p in parts if p) or "A figure."
 
 
 # --- Curves with a slider (gradient norms against the lag, learning curves) ---------------------------

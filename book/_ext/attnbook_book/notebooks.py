@@ -10,7 +10,9 @@ Run as a program:
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import json
 import re
 import shutil
 import sys
@@ -67,9 +69,11 @@ def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...]]]:
-    """What must agree between the .md and the .ipynb: each cell's type, source and tags."""
-    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str]]:
+    """What must agree between the .md and the .ipynb: each cell's type, source, tags and myst-nb options
+    (the ``mystnb`` metadata, which carries an image output's alt text)."""
+    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags", [])),
+             json.dumps(c.get("metadata", {}).get("mystnb", {}), sort_keys=True)) for c in nb.cells]
 
 
 def sync(root: Path = CHAPTERS) -> list[Path]:
@@ -141,6 +145,26 @@ def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         raise ValueError("a {solution-start} block is never closed by {solution-end}")
     out.cells = cells
     return out
+
+
+def _is_glue_call(node) -> bool:
+    call = node.value if isinstance(node, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        return False
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    return name == "glue"
+
+
+def is_glue_only(source: str) -> bool:
+    """Whether a code cell only glues numbers into the prose: ``glue(...)`` calls, and at most the assignments,
+    imports and small functions that compute what is glued. Such a cell is plumbing: the HTML page hides it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    plumbing = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.FunctionDef, ast.Import, ast.ImportFrom)
+    return (any(_is_glue_call(node) for node in tree.body)
+            and all(_is_glue_call(node) or isinstance(node, plumbing) for node in tree.body))
 
 
 def solution_only_lines(nb: nbformat.NotebookNode) -> set[str]:

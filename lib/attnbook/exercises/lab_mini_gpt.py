@@ -295,12 +295,12 @@ def _probs(logits, temperature=1.0, top_k=None):
 
 
 def check_next_token_probs(fn) -> Result:
-    """``fn(logits, temperature, top_k)``: softmax(logits / T) restricted to the k largest (top_k=None: all)."""
+    """``fn(logits, temperature, top_k)``: softmax(logits / τ) restricted to the k largest (top_k=None: all)."""
     g = torch.Generator().manual_seed(2)
     cases = [(torch.randn(2, 7, generator=g), 1.0, None), (torch.randn(3, 10, generator=g) * 2, 0.5, None),
              (torch.randn(2, 10, generator=g), 1.0, 3), (torch.randn(4, 6, generator=g), 2.0, 2)]
     mistakes = [
-        Mistake("the logits are multiplied by the temperature; divide them: softmax(logits / T).",
+        Mistake("the logits are multiplied by the temperature; divide them: softmax(logits / τ).",
                 lambda z, t, k: _probs(z * t * t, t, k)),
         Mistake("top_k is ignored: keep the k largest logits and set the others to -inf before the softmax.",
                 lambda z, t, k: _probs(z, t, None)),

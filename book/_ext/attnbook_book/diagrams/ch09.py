@@ -16,11 +16,11 @@ def memory_hierarchy() -> Diagram:
     for x0, title in ((16, "Standard attention"), (372, "Flash attention")):
         d.text(x0 + 166, 20, title, bold=True)
         d.box(x0, 40, 332, 150, shape="panel")
-        d.text(x0 + 12, 58, "HBM: 40 to 80 GB, 1.5 to 2 TB/s", anchor="start", size=SMALL, muted=True)
+        d.text(x0 + 12, 58, "HBM: 40 or 80 GiB, 1.5 to 2 TB/s", anchor="start", size=SMALL, muted=True)
         d.box(x0 + 16, 286, 300, 110, shape="panel", dashed=True)
-        d.text(x0 + 166, 366, "on-chip SRAM: 192 KB per SM,", size=SMALL, muted=True)
+        d.text(x0 + 166, 366, "on-chip SRAM: 192 KiB per SM,", size=SMALL, muted=True)
         d.text(x0 + 166, 384, "about 10 times faster", size=SMALL, muted=True)
-    # standard: Q, K, V, O and the N x N matrices S and P all live in HBM and pass through SRAM
+    # standard: Q, K, V, O and the T x T matrices S and P all live in HBM and pass through SRAM
     names = [("$Q$", "query"), ("$K$", "key"), ("$V$", "value"), ("$O$", "value")]
     q, k, v, o = (_matrix(d, 33 + i * 34, 76, 26, 100, n, r) for i, (n, r) in enumerate(names))
     s = _matrix(d, 180, 76, 70, 100, "$S$", "weight")
@@ -31,7 +31,7 @@ def memory_hierarchy() -> Diagram:
     d.arrow([s.bottom, (s.cx, tile.y)], role="weight", tail=True)
     d.arrow([p.bottom, (p.cx, tile.y)], role="weight", tail=True)
     d.text(182, 424, "writes and reads $S$ and $P$: four passes over", size=SMALL)
-    d.text(182, 442, "$N^2$ numbers through the slow memory", size=SMALL)
+    d.text(182, 442, "$T^2$ numbers through the slow memory", size=SMALL)
     # flash: S and P never leave the chip; Q, K, V are read in tiles, O is written once
     x0 = 372
     srcs = [_matrix(d, x0 + 33 + i * 60, 76, 30, 100, n, r) for i, (n, r) in enumerate(names)]
@@ -43,7 +43,7 @@ def memory_hierarchy() -> Diagram:
             d.arrow([src.bottom, t.top], role=role)
     d.text(x0 + 166, 344, "$S_{ij}$, $P_{ij}$, $m$, $\\ell$, $\\tilde O$ stay on the chip", size=SMALL)
     d.text(x0 + 166, 424, "reads $Q$, $K$, $V$ in tiles and writes $O$:", size=SMALL)
-    d.text(x0 + 166, 442, "no $N \\times N$ matrix ever reaches HBM", size=SMALL)
+    d.text(x0 + 166, 442, "no $T \\times T$ matrix ever reaches HBM", size=SMALL)
     return d
 
 
@@ -73,7 +73,7 @@ def flash_tiles() -> Diagram:
                 d.grid(x, y, 1, 1, b, role="weight", values=[[0.35]])
     d.box(sx + j_cur * b, sy + i_cur * b, b, b, shape="frame", role="weight")
     d.text(sx + (j_cur + 0.5) * b, sy + (i_cur + 0.5) * b, "$S_{ij}$", size=SMALL)
-    d.text(sx + nb * b / 2, sy + nb * b + 18, "scores $S$, $N \\times N$, never stored whole", size=SMALL, muted=True)
+    d.text(sx + nb * b / 2, sy + nb * b + 18, "scores $S$, $T \\times T$, never stored whole", size=SMALL, muted=True)
     # the loops
     d.arrow([(sx - 84, sy + 4), (sx - 84, sy + nb * b - 4)], role="query", width=2)
     d.text(sx - 92, sy + nb * b / 2 - 10, "outer loop:", size=SMALL, anchor="end", role="query")
