@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _checks
-from .attention import causal_mask, check_qkv
+from .attention import _inert, _poison, _work_dtype, causal_mask, check_qkv
 
 __all__ = [
     "online_softmax_update",
@@ -95,25 +95,14 @@ def _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k):
     block_k = _checks.positive_int("block_k", block_k)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
-    t_q, t_k = q.shape[-2], k.shape[-2]
     if offset is not None:
         if not causal:
             raise ValueError("offset only applies to causal attention: pass causal=True, or drop the offset")
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise TypeError(f"offset must be an integer, got {offset!r}")
-    elif causal and t_q != t_k:
-        raise ValueError(
-            f"causal=True with Tq={t_q} queries and Tk={t_k} keys needs an offset: query i may attend to "
-            f"key j when j <= i + offset. Use offset={t_k - t_q} if the queries are the last {t_q} positions "
-            f"of the keys' sequence (as when decoding with a cache)")
-    offset = 0 if offset is None else offset
+    offset = 0 if offset is None else offset  # top-left aligned, as attention.causal_mask and is_causal=True
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _checks.positive_float("scale", scale)
     return offset, scale, block_q, block_k
-
-
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half-precision inputs are computed with float32 statistics and accumulators, as fused kernels do."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, block_q=256, block_k=256):
@@ -261,8 +250,8 @@ def flash_attention(q, k, v, *, causal: bool = False, offset: int | None = None,
 
     Args:
         causal: query i may attend to key j only when j <= i + offset.
-        offset: needed with ``causal`` when Tq != Tk; ``Tk - Tq`` when the queries are the last Tq
-            positions of the keys' sequence. Defaults to 0 when Tq == Tk.
+        offset: 0 by default (top-left aligned, as ``is_causal=True`` of PyTorch); ``Tk - Tq`` when the
+            queries are the last Tq positions of the keys' sequence (as when decoding with a cache).
         scale: multiplies the scores; 1 / sqrt(Dk) by default.
         block_q, block_k: the number of queries and keys per tile (any sizes >= 1; the last tile may be
             smaller). GPU kernels use 64 to 128 so that a tile fits in on-chip memory; on a CPU, where
@@ -274,8 +263,10 @@ def flash_attention(q, k, v, *, causal: bool = False, offset: int | None = None,
 
     Chapter: the cost of attention and flash attention.
     """
-    _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)  # fail early, with a clear message
-    return FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)
+    offset0, *_ = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)  # fail early, clearly
+    q, k, v, poisoned = _inert(q, k, v, offset=offset0 if causal else None)  # masked positions are inert
+    out = FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)  # (..., Tq, Dv)
+    return _poison(poisoned, out)[0]
 
 
 # --- the IO model -------------------------------------------------------------------------------------

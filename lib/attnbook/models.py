@@ -203,6 +203,12 @@ def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor
     return ids
 
 
+def _check_mask(config: TransformerConfig, name: str, mask, ids: torch.Tensor, t_k: int) -> None:
+    """A boolean attention mask (True = may attend) for queries ``ids`` (B, T) and ``t_k`` keys, under the caller's name."""
+    if mask is not None:
+        _checks.attention_mask(name, mask, (ids.shape[0], config.n_heads, ids.shape[1], t_k), device=ids.device)
+
+
 class _Embed(nn.Module):
     """Token embedding plus positional encoding, then dropout."""
 
@@ -251,6 +257,7 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         _check_ids("src", src, self.vocab_size, self.config.block_size)
+        _check_mask(self.config, "src_mask", src_mask, src, src.shape[1])
         x = self.embed(src)  # (B, S, D)
         for block in self.blocks:
             x = block(x, src_mask)  # (B, S, D)
@@ -279,6 +286,9 @@ class Decoder(nn.Module):
     def forward(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 *, return_weights: bool = False):
         _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+        _checks.sequence("memory", memory, self.config.d_model, module=self)
+        _checks.same_size("batch size B", slice(0, 1), ("tgt", tgt), ("memory", memory))
+        _check_mask(self.config, "memory_mask", memory_mask, tgt, memory.shape[1])
         x = self.embed(tgt)  # (B, T, D)
         cross = []
         for block in self.blocks:
@@ -311,6 +321,10 @@ class EncoderDecoder(nn.Module):
         INITS[config.init](self, config.n_layers)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        _check_ids("src", src, self.encoder.vocab_size, self.config.block_size)
+        _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+        _checks.same_size("batch size B", slice(0, 1), ("src", src), ("tgt", tgt))
+        _check_mask(self.config, "src_mask", src_mask, tgt, src.shape[1])  # the decoder's cross-attention
         return self.decoder(tgt, self.encoder(src, src_mask), src_mask)  # (B, T, V)
 
     @torch.no_grad()

@@ -202,7 +202,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.d_model)
-        return self.dropout(x + self.encoding(x.shape[-2], offset).to(x.dtype))  # (..., T, D)
+        _checks.like("x", x, self)
+        return self.dropout(x + self.encoding(x.shape[-2], offset))  # (..., T, D)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}"

@@ -49,14 +49,7 @@ def _check_x(cell: nn.Module, x) -> torch.Tensor:
     if x.shape[1] != cell.input_size:
         raise ValueError(f"x must have shape (B, input_size) = (B, {cell.input_size}), "
                          f"got {_checks.shape_str(x.shape)}")
-    weight = next(cell.parameters())
-    if x.dtype != weight.dtype:
-        raise TypeError(f"x has dtype {x.dtype} but the cell's parameters are {weight.dtype}; "
-                        f"convert one of them (x.to({weight.dtype}) or cell.to({x.dtype}))")
-    if x.device != weight.device:
-        raise ValueError(f"x is on {x.device} but the cell's parameters are on {weight.device}; "
-                         f"move one of them (x.to(device) or cell.to(device))")
-    return x
+    return _checks.like("x", x, cell, owner="cell")
 
 
 def _check_hidden(name: str, h, x: torch.Tensor, hidden_size: int) -> torch.Tensor:
@@ -373,6 +366,7 @@ class SequenceRegressor(nn.Module):
         if x.shape[-1] != self.input_size or x.shape[1] == 0:
             raise ValueError(f"x must have shape (B, T, input_size) = (B, T, {self.input_size}) with T >= 1, "
                              f"got {_checks.shape_str(x.shape)}")
+        _checks.like("x", x, self)
         outputs, _ = self.layer(x)  # (B, T, H)
         return self.readout(outputs[:, -1]).squeeze(-1)  # (B,)
 

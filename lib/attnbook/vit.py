@@ -107,8 +107,10 @@ def n_tokens(image_size, patch_size: int, *, class_token: bool = True) -> int:
     return grid_h * grid_w + int(bool(class_token))
 
 
-def _check_images(images, patch_size: int, in_channels: int | None = None, image_size=None) -> torch.Tensor:
-    """A batch of channels-first images (B, C, H, W) with H and W multiples of the patch size."""
+def _check_images(images, patch_size: int, in_channels: int | None = None, image_size=None,
+                  module: nn.Module | None = None) -> torch.Tensor:
+    """A batch of channels-first images (B, C, H, W) with H and W multiples of the patch size (and the dtype
+    and device of ``module``'s parameters)."""
     _checks.tensor("images", images, floating=True)
     if images.dim() != 4:
         hint = " (a single image? add a batch dimension with images[None])" if images.dim() == 3 else ""
@@ -124,6 +126,8 @@ def _check_images(images, patch_size: int, in_channels: int | None = None, image
                          f"embeddings are made for that grid), got shape {_checks.shape_str(images.shape)}")
     _divisible("height", images.shape[-2], patch_size)
     _divisible("width", images.shape[-1], patch_size)
+    if module is not None:
+        _checks.like("images", images, module)
     return images
 
 
@@ -191,7 +195,7 @@ class LinearPatchEmbedding(nn.Module):
         self.E = nn.Linear(in_channels * patch_size ** 2, d_model, bias=bias)  # weight (D, C*P*P)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
+        _check_images(images, self.patch_size, self.in_channels, module=self)
         return self.E(patchify(images, self.patch_size))  # (B, N, D)
 
     def extra_repr(self) -> str:
@@ -234,7 +238,7 @@ class ConvPatchEmbedding(nn.Module):
         return conv
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
+        _check_images(images, self.patch_size, self.in_channels, module=self)
         x = self.E(images)  # (B, D, Hg, Wg)
         return x.flatten(2).transpose(1, 2)  # (B, N, D)
 
@@ -369,7 +373,7 @@ class ViT(nn.Module):
         """
         c = self.config
         _checks.tensor("images", images, floating=True)
-        _check_images(images, c.patch_size, c.in_channels, c.image_size)
+        _check_images(images, c.patch_size, c.in_channels, c.image_size, module=self)
         x = self.patch_embed(images)  # (B, N, D)
         if c.positions != "learned":
             x = x + self.patch_positions.to(x.dtype)  # (B, N, D); zeros for "none"
@@ -518,7 +522,7 @@ class SmallCNN(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _checks.tensor("images", images, floating=True)
-        _check_images(images, 2, self.in_channels)
+        _check_images(images, 2, self.in_channels, module=self)
         x = self.features(images)  # (B, widths[-1], H / 2, W / 2)
         return self.head(x.mean(dim=(2, 3)))  # (B, n_classes)
 
