@@ -139,3 +139,18 @@ def attention_mask(name: str, mask, target: Sequence[int], *, dims: str = "(B, H
     if out is None or tuple(out) != tuple(target):
         raise ValueError(f"{name} must be broadcastable to {dims} = {shape_str(target)}, got shape {shape_str(mask.shape)}")
     return full
+
+
+def as_integers(name: str, values, *, what: str = "a list or tensor of integers", device=None) -> torch.Tensor:
+    """``values`` (a list, tuple, range or tensor of integers) as an integer tensor; a clear error otherwise."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (torch.Tensor, list, tuple, range)):
+        raise TypeError(f"{name} must be {what}, got {type(values).__name__}")
+    if not isinstance(values, torch.Tensor) and len(values) == 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    try:
+        out = torch.as_tensor(values, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be {what}, got {values!r}") from None
+    if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
+        raise TypeError(f"{name} must be {what}, got dtype {out.dtype}")
+    return out

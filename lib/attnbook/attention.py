@@ -10,10 +10,11 @@ on both paths, :class:`GroupedQueryAttention`, ``flash.flash_attention``):
 - **Causal masks are top-left aligned**: query i may attend to key j iff j <= i + offset, with offset 0
   unless one is given explicitly (:func:`causal_mask`, PyTorch's ``is_causal=True``). A KV cache gives the
   offset itself: the new queries follow the T_past cached positions, so offset = T_past.
-- **Masked positions are inert**: a NaN or infinity in a key, value (or query) that a query may not attend
-  never reaches that query's output, nor any gradient (the non-finite entries are replaced with ``where``
-  before the products, so that no 0 * NaN is ever formed). A non-finite number in a position a query may
-  attend makes that query's output NaN, as it would without masks.
+- **Masked positions are inert**: a NaN or infinity in a key or value that a query may not attend never
+  reaches that query's output, nor any gradient (the non-finite entries are replaced with ``where``
+  before the products, so that no 0 * NaN is ever formed). A non-finite number that a query may attend
+  (in its own query, an allowed key, or an entry of an allowed value) makes the output NaN where it
+  would reach it without masks; a query with no allowed key still gives zeros.
 - **Half precision**: float16 and bfloat16 inputs give outputs of their own dtype, but the explicit path
   forms the scores, the softmax and the weighted sum in float32 (as fused kernels do), so scores beyond
   65504 do not overflow.
@@ -75,7 +76,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     # in a masked score can reach the values or the gradients.
     filled = torch.where(any_allowed, scores.masked_fill(~mask, float("-inf")), 0.0)  # (..., Tq, Tk)
     weights = torch.softmax(filled, dim=-1, dtype=work)  # (..., Tq, Tk)
-    return weights.masked_fill(~any_allowed, 0.0).to(scores.dtype)
+    return weights.masked_fill(~mask, 0.0).to(scores.dtype)  # masked weights are exactly 0, even beside a NaN
 
 
 def softmax_with_temperature(scores: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -186,27 +187,27 @@ def _explicit(q, k, v, mask, scale: float, dropout: float = 0.0):
 
 
 def _inert(q, k, v, mask=None, offset: int | None = None):
-    """Make the positions a query may not attend inert: (q, k, v) with every NaN or infinity replaced by 0,
-    and the query rows (..., Tq) that may attend a non-finite position (or whose own query is non-finite),
-    whose output :func:`_poison` sets to NaN. ``offset`` describes a causal mask j <= i + offset (used when
-    ``mask`` is None). Without any mask every query may attend every key, and with finite inputs (the usual
-    case, found with one sum per tensor) there is nothing to do: the inputs are returned as they are.
+    """Make the positions a query may not attend inert.
+
+    Returns (q, k, v) with every NaN or infinity replaced by 0, and what :func:`_poison` then sets to NaN:
+    (rows, weights, entries): the query rows (..., Tq) that may attend a key with a non-finite entry or whose
+    own query has one, their allowed weights (..., Tq, Tk), and the entries (..., Tq, Dv) of the output
+    that such a row or a non-finite value reaches. ``offset`` stands for the causal mask j <= i + offset when ``mask`` is None. Without any mask
+    every query may attend every key, and with finite inputs (the usual case, found with one sum per
+    tensor) there is nothing to do: the inputs come back as they are, with None.
     """
     if (mask is None and offset is None) or _finite(q, k, v):
         return q, k, v, None
     finite = [torch.isfinite(x) for x in (q, k, v)]
     bad_q = ~finite[0].all(dim=-1)  # (..., Tq)
-    bad_kv = ~(finite[1].all(dim=-1) & finite[2].all(dim=-1))  # (..., Tk)
+    bad_k = ~finite[1].all(dim=-1)  # (..., Tk)
+    bad_v = ~finite[2]  # (..., Tk, Dv)
     q, k, v = (torch.where(ok, x, 0.0) for x, ok in zip((q, k, v), finite))
-    if mask is None:  # causal: query i may attend keys 0 .. i + offset
-        last = torch.arange(q.shape[-2], device=q.device) + offset  # (Tq,) the last key each query may attend
-        seen = bad_kv.cumsum(dim=-1) > 0  # (..., Tk): a non-finite key or value at or before j
-        reach = seen[..., last.clamp(0, k.shape[-2] - 1)] & (last >= 0)  # (..., Tq)
-        has_key = last >= 0  # (Tq,)
-    else:
-        reach = (mask & bad_kv.unsqueeze(-2)).any(dim=-1)  # (..., Tq)
-        has_key = mask.any(dim=-1)  # (..., Tq)
-    return q, k, v, reach | (bad_q & has_key)
+    allowed = causal_mask(q.shape[-2], k.shape[-2], offset=offset, device=q.device) if mask is None else mask
+    rows = (allowed & bad_k.unsqueeze(-2)).any(dim=-1) | (bad_q & allowed.any(dim=-1))  # (..., Tq)
+    work = _work_dtype(v.dtype)
+    entries = (allowed.to(work) @ bad_v.to(work)) > 0  # (..., Tq, Dv): an allowed key's value is non-finite there
+    return q, k, v, (rows, rows.unsqueeze(-1) & allowed, entries | rows.unsqueeze(-1))
 
 
 def _finite(*tensors) -> bool:
@@ -216,12 +217,13 @@ def _finite(*tensors) -> bool:
 
 
 def _poison(poisoned, out, weights=None):
-    """Set the rows of ``out`` (..., Tq, Dv) and ``weights`` (..., Tq, Tk) that :func:`_inert` flagged to NaN."""
+    """Set to NaN what :func:`_inert` found a non-finite input reaches: entries of ``out`` (..., Tq, Dv), and
+    the allowed weights (..., Tq, Tk) of the rows it reaches (masked weights stay 0)."""
     if poisoned is None:
         return out, weights
-    rows = poisoned.unsqueeze(-1)  # (..., Tq, 1)
-    out = out.masked_fill(rows, float("nan"))
-    return out, None if weights is None else weights.masked_fill(rows, float("nan"))
+    _, weight_entries, entries = poisoned
+    out = out.masked_fill(entries, float("nan"))
+    return out, None if weights is None else weights.masked_fill(weight_entries, float("nan"))
 
 
 def causal_mask(t_q: int, t_k: int | None = None, *, offset: int = 0, device=None) -> torch.Tensor:
@@ -255,8 +257,8 @@ def padding_mask(lengths, t_k: int | None = None, *, device=None) -> torch.Tenso
 
     Chapter: masking.
     """
-    lengths = torch.as_tensor(lengths, device=device)
-    if lengths.dim() != 1 or lengths.numel() == 0 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+    lengths = _checks.as_integers("lengths", lengths, what="a non-empty 1-D sequence of integers", device=device)
+    if lengths.dim() != 1 or lengths.numel() == 0:
         raise ValueError(
             f"lengths must be a non-empty 1-D sequence of integers (one length per sequence), "
             f"got {lengths.dtype} of shape {_checks.shape_str(lengths.shape)}")
@@ -400,10 +402,10 @@ def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool):
     return _poison(poisoned, heads, weights)  # (B, H, Tq, Dh)
 
 
-def _check_attention_inputs(module, query, key, value, mask, t_k: int | None = None,
+def _check_attention_inputs(module, query, key, value, mask, past: int = 0,
                             names=("query", "key", "value", "mask")) -> torch.Tensor | None:
     """Check the inputs of an attention layer (widths, lengths, batch, dtype, the mask) under the caller's names;
-    return the mask ready to broadcast against (B, H, Tq, Tk). ``t_k`` is the number of keys when a cache adds some.
+    return the mask ready to broadcast against (B, H, Tq, Tk). ``past`` keys come from a cache before ``key``.
     """
     n_query, n_key, n_value, n_mask = names
     for name, x in ((n_query, query), (n_key, key), (n_value, value)):
@@ -414,7 +416,7 @@ def _check_attention_inputs(module, query, key, value, mask, t_k: int | None = N
         _checks.same_size("batch size B", slice(0, 1), (n_query, query), (n_key, key))
     if mask is None:
         return None
-    target = (query.shape[0], module.n_heads, query.shape[1], key.shape[1] if t_k is None else t_k)
+    target = (query.shape[0], module.n_heads, query.shape[1], past + key.shape[1])
     return _checks.attention_mask(n_mask, mask, target, device=query.device)
 
 
@@ -576,7 +578,7 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be an attnbook.attention.KVCache, got {type(cache).__name__}")
         past = 0 if cache is None else cache.length
-        mask = _check_attention_inputs(self, query, key, value, mask, t_k=past + key.shape[1])
+        mask = _check_attention_inputs(self, query, key, value, mask, past)
         B, T_q, D = query.shape
         T_new = key.shape[1]
         q = self.W_q(query).view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)

@@ -73,7 +73,7 @@ def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) 
 
     Chapter: the transformer block (LayerNorm); modern tweaks (RMSNorm).
     """
-    _choice("norm", kind, tuple(NORMS))
+    _choice("kind", kind, tuple(NORMS))
     return NORMS[kind](_checks.positive_int("d_model", d_model), eps=_checks.positive_float("eps", eps), bias=bias)
 
 
@@ -140,7 +140,7 @@ class ConvFeedForward(nn.Module):
         return conv
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _checks.features("x", x, self.conv_1.in_channels, module=self, ndim=3)
+        _checks.sequence("x", x, self.conv_1.in_channels, module=self)
         h = x.transpose(1, 2)  # (B, D, T): Conv1d wants channels first
         h = _ACTIVATIONS[self.activation](self.conv_1(h))  # (B, F, T)
         return self.conv_2(h).transpose(1, 2)  # (B, T, D)
@@ -160,7 +160,7 @@ def make_mlp(kind: str, d_model: int, d_ff: int, *, dropout: float = 0.0, bias: 
 
     Chapter: the transformer block (ReLU, GELU); modern tweaks (SwiGLU, mixture of experts).
     """
-    _choice("mlp", kind, tuple(MLPS))
+    _choice("kind", kind, tuple(MLPS))
     return MLPS[kind](d_model, d_ff, dropout=_dropout(dropout), bias=bias)
 
 
@@ -174,6 +174,8 @@ class _Block(nn.Module):
         _checks.positive_int("n_heads", n_heads)
         d_ff = 4 * d_model if d_ff is None else _checks.positive_int("d_ff", d_ff)
         self.norm_position = _choice("norm_position", norm_position, NORM_POSITIONS)
+        _choice("norm", norm, tuple(NORMS))
+        _choice("mlp", mlp, tuple(MLPS))
         dropout = _dropout(dropout)
         self.d_model, self.n_heads, self.d_ff = d_model, n_heads, d_ff
         if n_kv_heads is None and not rope:
@@ -493,6 +495,8 @@ def register_moe(n_experts: int, top_k: int, *, expert: str = "relu") -> str:
 
 def moe_aux_loss(model: nn.Module) -> torch.Tensor:
     """The sum of the load-balancing losses of every :class:`MixtureOfExperts` in ``model`` (0 if none ran)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     losses = [m.last_aux_loss for m in model.modules() if isinstance(m, MixtureOfExperts)
               and m.last_aux_loss is not None]
     return torch.stack(losses).sum() if losses else torch.zeros(())

@@ -60,6 +60,16 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> 
 
     Chapter: the cost of attention and flash attention (the online softmax).
     """
+    _checks.tensor("x", x, min_ndim=1, floating=True)
+    if x.shape[-1] == 0:
+        raise ValueError(f"x must hold at least one score per row (n >= 1), got shape {_checks.shape_str(x.shape)}")
+    for name, stat in (("m", m), ("l", l)):
+        _checks.tensor(name, stat, floating=True)
+        if stat.dtype != x.dtype:
+            raise TypeError(f"{name} and x must have the same dtype, got {name} {stat.dtype} and x {x.dtype}")
+        if stat.shape != x.shape[:-1]:
+            raise ValueError(f"{name} must have one number per row of x, shape {_checks.shape_str(x.shape[:-1])}, "
+                             f"got {_checks.shape_str(stat.shape)}")
     m_new = torch.maximum(m, x.amax(dim=-1))  # (...,)
     m_safe = torch.where(m_new == _NEG_INF, 0.0, m_new)  # (...,) a row with nothing yet: subtract 0, not -inf
     l_new = l * torch.exp(m - m_safe) + torch.exp(x - m_safe.unsqueeze(-1)).sum(dim=-1)  # (...,)
@@ -122,6 +132,7 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
     Chapter: the cost of attention and flash attention (tiled attention).
     """
     offset, scale, block_q, block_k = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
+    q, k, v, poisoned = _inert(q, k, v, offset=offset if causal else None)  # masked positions are inert
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
     work = _work_dtype(q.dtype)
@@ -154,7 +165,10 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
         out[:, i0:i1] = acc / torch.where(seen, l, 1.0).unsqueeze(-1)  # (B, bq, Dv)
         lse[:, i0:i1] = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), _NEG_INF)  # (B, bq)
     out = out.reshape(*batch, t_q, d_v).to(q.dtype)  # (..., Tq, Dv)
-    return out, lse.reshape(*batch, t_q)  # (..., Tq, Dv), (..., Tq)
+    lse = lse.reshape(*batch, t_q)  # (..., Tq)
+    if poisoned is not None:  # a non-finite input that a query may attend: NaN, as without tiles
+        out, lse = _poison(poisoned, out)[0], lse.masked_fill(poisoned[0], float("nan"))
+    return out, lse  # (..., Tq, Dv), (..., Tq)
 
 
 def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offset=None, scale=None,
@@ -179,6 +193,12 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offse
     offset, scale, block_q, block_k = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
+    for name, x, shape in (("grad_out", grad_out, (*batch, t_q, d_v)), ("out", out, (*batch, t_q, d_v)),
+                           ("lse", lse, (*batch, t_q))):
+        _checks.tensor(name, x, floating=True)
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} must have shape {_checks.shape_str(shape)} (from q and v), "
+                             f"got {_checks.shape_str(x.shape)}")
     work = _work_dtype(q.dtype)
     q3 = q.reshape(-1, t_q, d_k).to(work)  # (B, Tq, Dk)
     k3 = k.reshape(-1, t_k, d_k).to(work)  # (B, Tk, Dk)
@@ -246,7 +266,8 @@ def flash_attention(q, k, v, *, causal: bool = False, offset: int | None = None,
 
     Equal to ``attention.scaled_dot_product_attention(q, k, v, mask)`` (with ``mask =
     attention.causal_mask(Tq, Tk, offset=offset)`` when ``causal``), with extra memory that grows like
-    Tq * Dv + block_q * block_k instead of Tq * Tk, and differentiable (FlashAttention-2 backward).
+    Tq * Dv + block_q * block_k instead of Tq * Tk, and differentiable (FlashAttention-2 backward). The
+    keys a causal mask hides are inert, as in every attention of the library (see ``attention``).
 
     Args:
         causal: query i may attend to key j only when j <= i + offset.

@@ -457,6 +457,15 @@ class GPT(nn.Module):
         return idx
 
 
+def _check_targets(name: str, targets: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Token ids to predict: integers in [0, vocab_size) (or ``ignore_index``)."""
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {targets.dtype}")
+    kept = targets if ignore_index is None else targets[targets != ignore_index]
+    if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= vocab_size):
+        raise ValueError(f"{name} has token ids outside [0, {vocab_size}): min {int(kept.min())}, max {int(kept.max())}")
+
+
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
     """Mean cross-entropy over every position: logits (B, T, V), targets (B, T) -> scalar (nats per token)."""
     _checks.tensor("logits", logits, ndim=3, floating=True)
@@ -464,6 +473,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = 
     if logits.shape[:2] != targets.shape:
         raise ValueError(f"logits (B, T, V) and targets (B, T) disagree: {_checks.shape_str(logits.shape)} "
                          f"and {_checks.shape_str(targets.shape)}")
+    _check_targets("targets", targets, logits.shape[-1], ignore_index)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
 
 
@@ -479,7 +489,10 @@ def lm_loss_sum(model: nn.Module, ids: torch.Tensor, *, block_size: int | None =
     Shapes:
         ids: (N,) token ids
     """
+    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "config", None), TransformerConfig):
+        raise TypeError(f"model must be a language model of attnbook.models (e.g. GPT), got {type(model).__name__}")
     _checks.tensor("ids", ids, ndim=1)
+    _check_targets("ids", ids, model.config.vocab_size)
     block_size = model.config.block_size if block_size is None else _checks.positive_int("block_size", block_size)
     _checks.positive_int("batch_size", batch_size)
     rank, world_size = shard

@@ -77,7 +77,10 @@ def angles(positions, d_model: int, *, base: float = 10000.0) -> torch.Tensor:
     """
     if isinstance(positions, int) and not isinstance(positions, bool):
         positions = torch.arange(_checks.positive_int("positions", positions))
-    positions = torch.as_tensor(positions)
+    try:
+        positions = torch.as_tensor(positions)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"positions must be a tensor or list of integer or real positions, got {positions!r}") from None
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must be integers or real numbers, got dtype {positions.dtype}")
     w = frequencies(d_model, base=base, device=positions.device)  # (D/2,)
