@@ -308,7 +308,10 @@ class Spec:
     build: Callable[[SimpleNamespace], tuple[Callable, dict[str, Arg]]]
     reference: Callable | None = None
     check: Callable | None = None
-    half: bool = True  # whether the whole call also runs in float16 and bfloat16
+    # whether the whole call also runs in float16 and bfloat16 (not for results that are arg-maxes of the
+    # nearly equal logits of an untrained model, generated tokens or accuracies: half-precision rounding
+    # changes the choice, which is no error)
+    half: bool = True
     examples: int = 20
 
 
@@ -639,7 +642,7 @@ def _(s):
     return _module(lambda: models.GPT(_config(**MODEL_VARIANTS[s.variant]))), dict(idx=Ids(s.B, s.T, vocab=11))
 
 
-@spec("models.GPT.generate", models.GPT.generate, {**MODEL, "new": (0, 4), "cache": (0, 1)})
+@spec("models.GPT.generate", models.GPT.generate, {**MODEL, "new": (0, 4), "cache": (0, 1)}, half=False)
 def _(s):
     model = _module(lambda: models.GPT(_config(**{**MODEL_VARIANTS[s.variant], "n_kv_heads": 1})))
     return model.generate, dict(idx=Ids(s.B, s.T, vocab=11), max_new_tokens=Int(s.new), temperature=Const(0.0),
@@ -828,7 +831,7 @@ def _(s):
     return _module(lambda: vit.SmallCNN(s.C, 3, widths=(4, 4))), dict(images=Tensor(s.B, s.C, s.gh * 2, s.gw * 2))
 
 
-@spec("vit.accuracy", vit.accuracy, IMG)
+@spec("vit.accuracy", vit.accuracy, IMG, half=False)
 def _(s):
     return vit.accuracy, dict(model=Obj(_module(lambda: vit.SmallCNN(s.C, 3, widths=(4,)))),
                               images=Tensor(s.B, s.C, s.gh * 2, s.gw * 2), labels=Ids(s.B, vocab=3, seq=None),
@@ -878,7 +881,7 @@ def _(s):
     return _module(lambda: rnn.Recurrent(CELLS[s.kind](s.D, s.H))), dict(x=Tensor(s.B, s.T, s.D, seq=1))
 
 
-@spec("rnn.SequenceRegressor", rnn.SequenceRegressor, RNN, half=False)
+@spec("rnn.SequenceRegressor", rnn.SequenceRegressor, RNN)
 def _(s):
     return _module(lambda: rnn.SequenceRegressor(["rnn", "lstm", "gru"][s.kind], s.D, s.H)), dict(
         x=Tensor(s.B, s.T, s.D, seq=1))
@@ -933,12 +936,12 @@ def _lengths(s):
     return IntList([max(1, s.Ts - b) for b in range(s.B)], high=s.Ts)
 
 
-@spec("seq2seq.Encoder", seq2seq.Encoder, S2S, half=False)
+@spec("seq2seq.Encoder", seq2seq.Encoder, S2S)
 def _(s):
     return _module(lambda: seq2seq.Encoder(9, 4, 3)), dict(src=Ids(s.B, s.Ts, vocab=9), lengths=_lengths(s))
 
 
-@spec("seq2seq.Decoder", seq2seq.Decoder, S2S, half=False)
+@spec("seq2seq.Decoder", seq2seq.Decoder, S2S)
 def _(s):
     model = _seq2seq(s)
     with torch.no_grad():
@@ -946,7 +949,7 @@ def _(s):
     return model.decoder, dict(tgt_in=Ids(s.B, s.Tt, vocab=8), memory=Const(memory))
 
 
-@spec("seq2seq.Seq2Seq", seq2seq.Seq2Seq, S2S, half=False)
+@spec("seq2seq.Seq2Seq", seq2seq.Seq2Seq, S2S)
 def _(s):
     return _seq2seq(s), dict(src=Ids(s.B, s.Ts, vocab=9), src_lengths=_lengths(s), tgt_in=Ids(s.B, s.Tt, vocab=8))
 
@@ -957,7 +960,7 @@ def _(s):
     return seq2seq.make_batch, dict(pairs=Obj(pairs), pad_id=Int(0))
 
 
-@spec("seq2seq.sequence_loss", seq2seq.sequence_loss, S2S, half=False)
+@spec("seq2seq.sequence_loss", seq2seq.sequence_loss, S2S)
 def _(s):
     g = torch.Generator().manual_seed(1)
     pairs = [(torch.randint(4, 9, (s.Ts - b % s.Ts,), generator=g).tolist(),
@@ -977,7 +980,7 @@ def _(s):
                                      beam_width=Int(s.B), max_len=Int(s.Tt))
 
 
-@spec("seq2seq.score_sequence", seq2seq.score_sequence, S2S, half=False)
+@spec("seq2seq.score_sequence", seq2seq.score_sequence, S2S)
 def _(s):
     return seq2seq.score_sequence, dict(model=Obj(_seq2seq(s)), src=Ids(s.Ts, vocab=9, batch=None),
                                         tokens=IntList([4 + t % 4 for t in range(s.Tt)], high=7))

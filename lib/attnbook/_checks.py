@@ -137,7 +137,8 @@ def attention_mask(name: str, mask, target: Sequence[int], *, dims: str = "(B, H
     except RuntimeError:
         out = None
     if out is None or tuple(out) != tuple(target):
-        raise ValueError(f"{name} must be broadcastable to {dims} = {shape_str(target)}, got shape {shape_str(mask.shape)}")
+        raise ValueError(f"{name} must be broadcastable to {dims} = {shape_str(target)}, "
+                         f"got shape {shape_str(mask.shape)}")
     return full
 
 

@@ -190,13 +190,14 @@ def _inert(q, k, v, mask=None, offset: int | None = None):
     """Make the positions a query may not attend inert.
 
     Returns (q, k, v) with every NaN or infinity replaced by 0, and what :func:`_poison` then sets to NaN:
-    (rows, weights, entries): the query rows (..., Tq) that may attend a key with a non-finite entry or whose
-    own query has one, their allowed weights (..., Tq, Tk), and the entries (..., Tq, Dv) of the output
-    that such a row or a non-finite value reaches. ``offset`` stands for the causal mask j <= i + offset when ``mask`` is None. Without any mask
-    every query may attend every key, and with finite inputs (the usual case, found with one sum per
-    tensor) there is nothing to do: the inputs come back as they are, with None.
+    (rows, weights, entries): the query rows (..., Tq) that may attend a key with a non-finite entry or
+    whose own query has one, their allowed weights (..., Tq, Tk), and the entries (..., Tq, Dv) of the
+    output that such a row or a non-finite value reaches. ``offset`` stands for the causal mask
+    j <= i + offset when ``mask`` is None. Without any mask every query may attend every key, and with
+    finite inputs (the usual case, found with one sum per tensor; on a GPU this waits for the device) there
+    is nothing to do: the inputs come back as they are, with None.
     """
-    if (mask is None and offset is None) or _finite(q, k, v):
+    if (mask is None and offset is None) or _tracing() or _finite(q, k, v):
         return q, k, v, None
     finite = [torch.isfinite(x) for x in (q, k, v)]
     bad_q = ~finite[0].all(dim=-1)  # (..., Tq)
@@ -208,6 +209,13 @@ def _inert(q, k, v, mask=None, offset: int | None = None):
     work = _work_dtype(v.dtype)
     entries = (allowed.to(work) @ bad_v.to(work)) > 0  # (..., Tq, Dv): an allowed key's value is non-finite there
     return q, k, v, (rows, rows.unsqueeze(-1) & allowed, entries | rows.unsqueeze(-1))
+
+
+def _tracing() -> bool:
+    """True while ``torch.compile`` or ``torch.export`` (``torch.onnx``) traces: a traced graph cannot branch on
+    values, so it keeps the fused path as it is (there, a NaN in a masked position may spread as in PyTorch)."""
+    compiler = getattr(torch, "compiler", None)
+    return any(bool(getattr(compiler, name, lambda: False)()) for name in ("is_compiling", "is_exporting"))
 
 
 def _finite(*tensors) -> bool:
@@ -402,22 +410,21 @@ def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool):
     return _poison(poisoned, heads, weights)  # (B, H, Tq, Dh)
 
 
-def _check_attention_inputs(module, query, key, value, mask, past: int = 0,
-                            names=("query", "key", "value", "mask")) -> torch.Tensor | None:
-    """Check the inputs of an attention layer (widths, lengths, batch, dtype, the mask) under the caller's names;
-    return the mask ready to broadcast against (B, H, Tq, Tk). ``past`` keys come from a cache before ``key``.
+def _check_attention_inputs(module, query, key, value, mask, past: int = 0) -> torch.Tensor | None:
+    """Check the inputs of an attention layer (widths, lengths, batch, dtype, the mask); return the mask ready
+    to broadcast against (B, H, Tq, Tk). ``past`` keys come from a cache before ``key``. (Blocks check their
+    own arguments with the same functions of ``_checks`` first, under their own names.)
     """
-    n_query, n_key, n_value, n_mask = names
-    for name, x in ((n_query, query), (n_key, key), (n_value, value)):
+    for name, x in (("query", query), ("key", key), ("value", value)):
         _checks.sequence(name, x, module.d_model, module=module)
     if key is not value:
-        _checks.same_size("batch size and length (B, Tk)", slice(0, 2), (n_key, key), (n_value, value))
+        _checks.same_size("batch size and length (B, Tk)", slice(0, 2), ("key", key), ("value", value))
     if key is not query:
-        _checks.same_size("batch size B", slice(0, 1), (n_query, query), (n_key, key))
+        _checks.same_size("batch size B", slice(0, 1), ("query", query), ("key", key))
     if mask is None:
         return None
     target = (query.shape[0], module.n_heads, query.shape[1], past + key.shape[1])
-    return _checks.attention_mask(n_mask, mask, target, device=query.device)
+    return _checks.attention_mask("mask", mask, target, device=query.device)
 
 
 class MultiHeadAttention(nn.Module):
@@ -541,7 +548,8 @@ class GroupedQueryAttention(nn.Module):
 
     Shapes:
         query: (B, Tq, D); key, value: (B, Tk, D), default to query
-        mask:  boolean, True = may attend; (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk), with Tk = T_past + Tk
+        mask:  boolean, True = may attend; (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk); with a cache, Tk counts the
+               cached positions too
         return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
 
     Chapter: modern tweaks (grouped-query attention, RoPE, KV cache).

@@ -204,7 +204,8 @@ def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor
 
 
 def _check_mask(config: TransformerConfig, name: str, mask, ids: torch.Tensor, t_k: int) -> None:
-    """A boolean attention mask (True = may attend) for queries ``ids`` (B, T) and ``t_k`` keys, under the caller's name."""
+    """A boolean attention mask (True = may attend) for queries ``ids`` (B, T) and ``t_k`` keys, under the
+    caller's name."""
     if mask is not None:
         _checks.attention_mask(name, mask, (ids.shape[0], config.n_heads, ids.shape[1], t_k), device=ids.device)
 

@@ -180,7 +180,8 @@ class Decoder(nn.Module):
         Shapes: tgt_in (B, Tt) -> logits (B, Tt, V), weights (B, Tt, Ts) or None
         """
         if not isinstance(memory, Memory):
-            raise TypeError(f"memory must be a seq2seq.Memory (what Seq2Seq.encode returns), got {type(memory).__name__}")
+            raise TypeError(f"memory must be a seq2seq.Memory (what Seq2Seq.encode returns), "
+                            f"got {type(memory).__name__}")
         tgt_in = _token_ids("tgt_in", tgt_in, self.vocab_size)
         if tgt_in.shape[1] == 0 or tgt_in.shape[0] != memory.summary.shape[0]:
             raise ValueError(f"tgt_in must have shape (B, Tt) with B = {memory.summary.shape[0]} (the memory's batch) "
