@@ -16,9 +16,10 @@ NB ?= $(sort $(wildcard chapters/[0-9][0-9]_*.ipynb))
 PARTIAL ?=
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-# Offline copies of the data sets: ../shared/data when it exists, unless ATTNBOOK_DATA is already set.
-ATTNBOOK_DATA ?= $(firstword $(wildcard $(abspath ../shared/data)))
-export ATTNBOOK_DATA
+# Models that chapters export for their pages (attnbook.export) go next to the executed notebooks; the
+# build copies them into the site. Without it (Jupyter, Colab) they go to ./exported.
+ATTNBOOK_EXPORT_DIR := $(abspath $(BUILD))/executed/exported
+export ATTNBOOK_EXPORT_DIR
 export PYTHONUNBUFFERED := 1
 # One compute thread per process: on a small shared machine, PyTorch's thread pool spinning against other
 # processes made some tests 5 to 15 times slower. Override with OMP_NUM_THREADS=N.

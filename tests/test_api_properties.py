@@ -350,28 +350,31 @@ def _naive_softmax(scores, mask):
     return out
 
 
-def _naive_attention(q, k, v, allowed, scale=None):
+def _naive_attention(q, k, v, allowed, scale=None, bias=None):
     """Attention one query at a time over the keys it may attend, in plain float64 (the reference):
     (out (..., Tq, Dv), weights (..., Tq, Tk)); a query with no allowed key gives zeros."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], allowed.shape[:-2])
+    bias = torch.zeros(1, 1, dtype=torch.float64) if bias is None else bias
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], allowed.shape[:-2], bias.shape[:-2])
     q, k, v = (x.expand(*batch, *x.shape[-2:]) for x in (q, k, v))
+    bias = bias.expand(*batch, q.shape[-2], k.shape[-2])
     out = torch.zeros(*batch, q.shape[-2], v.shape[-1], dtype=torch.float64)
     weights = torch.zeros(*batch, q.shape[-2], k.shape[-2], dtype=torch.float64)
     for index, i, keys in _rows(allowed.expand(*batch, q.shape[-2], k.shape[-2])):
         if len(keys):
-            w = torch.softmax((k[index][keys] @ q[index][i]) * scale, 0)  # (n,)
+            w = torch.softmax((k[index][keys] @ q[index][i]) * scale + bias[index][i, keys], 0)  # (n,)
             out[index][i] = w @ v[index][keys]
             weights[index][i, keys] = w
     return out, weights
 
 
-def _sdpa_reference(call, q, k, v, mask=None, scale=None, return_weights=False):
-    out, weights = _naive_attention(q, k, v, torch.ones(1, 1, dtype=torch.bool) if mask is None else mask, scale)
+def _sdpa_reference(call, q, k, v, mask=None, scale=None, score_bias=None, return_weights=False):
+    out, weights = _naive_attention(q, k, v, torch.ones(1, 1, dtype=torch.bool) if mask is None else mask, scale,
+                                    score_bias)
     return (out, weights) if return_weights else out
 
 
-def _naive_heads(layer, query, key, value, mask=None, is_causal=False, return_weights=False):
+def _naive_heads(layer, query, key, value, mask=None, is_causal=False, return_weights=False, score_bias=None):
     """Multi-head or grouped-query attention from its weights: projections, heads one query at a time, W_o."""
     B, Tq, D = query.shape
     H, Dh = layer.n_heads, layer.d_head
@@ -386,7 +389,9 @@ def _naive_heads(layer, query, key, value, mask=None, is_causal=False, return_we
         allowed = allowed & (mask.unsqueeze(1) if mask.dim() == 3 else mask)
     if is_causal:
         allowed = allowed & torch.ones(Tq, key.shape[1], dtype=torch.bool).tril()
-    heads, weights = _naive_attention(q, k, v, allowed)  # (B, H, Tq, Dh)
+    if score_bias is not None and score_bias.dim() == 3:
+        score_bias = score_bias.unsqueeze(1)  # (B, 1, Tq, Tk): every head
+    heads, weights = _naive_attention(q, k, v, allowed, bias=score_bias)  # (B, H, Tq, Dh)
     out = F.linear(heads.transpose(1, 2).reshape(B, Tq, D), layer.W_o.weight, layer.W_o.bias)
     return (out, weights) if return_weights else out
 
@@ -414,12 +419,12 @@ def _(s):
     return attention.softmax_with_temperature, dict(scores=Tensor(s.B, s.Tk, seq=-1), temperature=Num(0.7))
 
 
-@spec("attention.scaled_dot_product_attention", attention.scaled_dot_product_attention, SEQ,
+@spec("attention.scaled_dot_product_attention", attention.scaled_dot_product_attention, {**SEQ, "bias": (0, 1)},
       reference=_sdpa_reference)
 def _(s):
     return attention.scaled_dot_product_attention, dict(
         q=Tensor(s.B, 2, s.Tq, s.D, seq=2), k=Tensor(s.B, 2, s.Tk, s.D, seq=2), v=Tensor(s.B, 2, s.Tk, 3, seq=2),
-        mask=Mask(s.B, 1, s.Tq, s.Tk))
+        mask=Mask(s.B, 1, s.Tq, s.Tk), score_bias=Tensor(s.Tq, s.Tk, seq=1, batch=None) if s.bias else Const(None))
 
 
 @spec("attention.causal_mask", attention.causal_mask, dict(Tq=(1, 6), Tk=(1, 6), offset=(-2, 2)),
@@ -448,14 +453,15 @@ def _(s):
         values=Tensor(s.B, s.Tk, 3, seq=1), mask=Mask(s.B, 1, s.Tk))
 
 
-MHA_SIZES = dict(B=(1, 3), Tq=(1, 5), Tk=(1, 5), H=(1, 3), Dh=(1, 3), causal=(0, 1))
+MHA_SIZES = dict(B=(1, 3), Tq=(1, 5), Tk=(1, 5), H=(1, 3), Dh=(1, 3), causal=(0, 1), bias=(0, 1))
 
 
 def _attention_call(s, layer, **extra):
     D = s.H * s.Dh
+    bias = Tensor(s.B, s.H, s.Tq, s.Tk, seq=2) if s.bias else Const(None)  # one bias per head
     return layer, dict(query=Tensor(s.B, s.Tq, D, seq=1), key=Tensor(s.B, s.Tk, D, seq=1),
                        value=Tensor(s.B, s.Tk, D, seq=1), mask=Mask(s.B, s.Tq, s.Tk), is_causal=Const(bool(s.causal)),
-                       **{k: Const(v) for k, v in extra.items()})
+                       score_bias=bias, **{k: Const(v) for k, v in extra.items()})
 
 
 @spec("attention.MultiHeadAttention (fast path)", attention.MultiHeadAttention, MHA_SIZES, reference=_naive_heads)
@@ -573,11 +579,31 @@ def _(s):
         x=Tensor(s.B, s.T, s.D, seq=1))
 
 
-@spec("blocks.EncoderBlock", blocks.EncoderBlock, {**BLOCK, "causal": (0, 1)})
+@spec("blocks.EncoderBlock", blocks.EncoderBlock, {**BLOCK, "causal": (0, 1), "bias": (0, 1)})
 def _(s):
     D = s.H * s.Dh
     return _module(lambda: blocks.EncoderBlock(D, s.H, 4, **VARIANTS[s.variant])), dict(
-        x=Tensor(s.B, s.T, D, seq=1), mask=Mask(s.B, s.T, s.T), is_causal=Const(bool(s.causal)))
+        x=Tensor(s.B, s.T, D, seq=1), mask=Mask(s.B, s.T, s.T), is_causal=Const(bool(s.causal)),
+        score_bias=Tensor(s.B, s.T, s.T, seq=1) if s.bias else Const(None))
+
+
+@spec("blocks.EncoderStack", blocks.EncoderStack, {**BLOCK, "L": (1, 2), "bias": (0, 1)})
+def _(s):
+    D = s.H * s.Dh
+    return _module(lambda: blocks.EncoderStack(D, s.H, s.L, 4, **VARIANTS[s.variant])), dict(
+        x=Tensor(s.B, s.T, D, seq=1), mask=Mask(s.B, 1, s.T),
+        score_bias=Tensor(s.B, s.H, s.T, s.T, seq=2) if s.bias else Const(None))
+
+
+def _naive_masked_mean(call, x, keep):
+    """The mean of the kept tokens of each sequence, one sequence at a time (zeros when none is kept)."""
+    return torch.stack([x[b][keep[b]].mean(dim=0) if keep[b].any() else torch.zeros(x.shape[-1], dtype=x.dtype)
+                        for b in range(x.shape[0])])
+
+
+@spec("blocks.masked_mean", blocks.masked_mean, dict(B=(1, 3), T=(1, 4), D=(1, 4)), reference=_naive_masked_mean)
+def _(s):
+    return blocks.masked_mean, dict(x=Tensor(s.B, s.T, s.D, seq=1), keep=Mask(s.B, s.T))
 
 
 @spec("blocks.DecoderBlock", blocks.DecoderBlock, BLOCK)

@@ -175,7 +175,8 @@ def test_generate_checker():
         raise NotImplementedError
 
     assert not ex.check_generate(stub)
-    with pytest.raises(ExerciseFailed, match="feed the model only the last block_size tokens"):
+    with pytest.raises(ExerciseFailed, match="feed the model only the last block_size tokens") as info:
         ex.check_generate(lambda *a, **k: generate(*a, **k, crop=False))
+    assert "at the line `logits = model(" in info.value.hint  # the learner's line, not the checker's
     with pytest.raises(ExerciseFailed, match="only the new tokens"):
         ex.check_generate(lambda m, idx, n, T, **k: generate(m, idx, n, T, **k)[:, idx.shape[1]:])

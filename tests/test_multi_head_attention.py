@@ -20,8 +20,11 @@ def make(d_model, n_heads, seed=0, dtype=torch.float64):
     return MultiHeadAttention(d_model, n_heads).to(dtype).eval()
 
 
-def per_head_loop(mha, x, mem, mask=None):
-    """Multi-head attention as H separate single-head attentions on column slices of the weights."""
+def per_head_loop(mha, x, mem, mask=None, bias=None):
+    """Multi-head attention as H separate single-head attentions on column slices of the weights.
+
+    ``bias`` (B, H, Tq, Tk), if given, is added to each head's scaled scores.
+    """
     Dh = mha.d_head
     heads = []
     for h in range(mha.n_heads):
@@ -30,6 +33,8 @@ def per_head_loop(mha, x, mem, mask=None):
         k = mem @ mha.W_k.weight[cols].T + mha.W_k.bias[cols]  # (B, Tk, Dh)
         v = mem @ mha.W_v.weight[cols].T + mha.W_v.bias[cols]  # (B, Tk, Dh)
         s = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # (B, Tq, Tk)
+        if bias is not None:
+            s = s + bias[:, h]
         if mask is not None:
             s = s.masked_fill(~mask, float("-inf"))
         heads.append(torch.softmax(s, dim=-1) @ v)  # (B, Tq, Dh)

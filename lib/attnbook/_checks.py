@@ -30,8 +30,12 @@ def tensor(name: str, x, *, min_ndim: int | None = None, ndim: int | None = None
 
 
 def positive_int(name: str, value, *, minimum: int = 1) -> int:
-    """Check that ``value`` is an integer of at least ``minimum``; return it."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Check that ``value`` is an integer of at least ``minimum``; return it.
+
+    A symbolic size (``torch.SymInt``, while ``torch.export`` or ``torch.onnx`` traces a model with a
+    dynamic length) counts as an integer.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
         raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")

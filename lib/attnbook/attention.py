@@ -4,6 +4,10 @@ Masks are boolean with True = "this query may attend to this key", broadcastable
 scores' shape (..., Tq, Tk), the same convention as ``torch.nn.functional.scaled_dot_product_attention``.
 A query row with no allowed key gets all-zero weights (and so a zero output), never NaN.
 
+A *score bias* b is a float tensor of the same broadcastable shape that is added to the scaled scores,
+softmax(q . k / sqrt(Dk) + b_ij): relative positions, graph distances, any structure between tokens i and
+j that the scores should see. A float ``attn_mask`` of ``F.scaled_dot_product_attention`` is such a bias.
+
 Conventions every attention path of the library follows (the functions here, :class:`MultiHeadAttention`
 on both paths, :class:`GroupedQueryAttention`, ``flash.flash_attention``):
 
@@ -96,14 +100,15 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float) -> torch.
     return torch.softmax(scores / temperature, dim=-1)
 
 
-def check_qkv(q, k, v, mask=None, *, same_batch: bool = False) -> tuple[int, ...]:
-    """Check queries, keys, values (and a mask) for attention; return the scores' shape (..., Tq, Tk).
+def check_qkv(q, k, v, mask=None, *, same_batch: bool = False, score_bias=None) -> tuple[int, ...]:
+    """Check queries, keys, values (a mask, a score bias) for attention; return the scores' shape (..., Tq, Tk).
 
     Every attention function of the book calls this, so that bad input gets the same clear error
     everywhere. ``same_batch`` asks q, k and v to have identical batch dimensions (no broadcasting).
 
     Shapes:
-        q: (..., Tq, Dk), k: (..., Tk, Dk), v: (..., Tk, Dv); mask: boolean, broadcastable to (..., Tq, Tk)
+        q: (..., Tq, Dk), k: (..., Tk, Dk), v: (..., Tk, Dv); mask: boolean, broadcastable to (..., Tq, Tk);
+        score_bias: floating point, broadcastable to (..., Tq, Tk)
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, x, min_ndim=2, floating=True)
@@ -143,7 +148,18 @@ def check_qkv(q, k, v, mask=None, *, same_batch: bool = False) -> tuple[int, ...
     if mask is not None:
         _checks.tensor("mask", mask, dtype=torch.bool)
         _checks.broadcastable("mask", mask, scores_shape, "the scores' shape (..., Tq, Tk)")
+    if score_bias is not None:
+        check_score_bias(score_bias, scores_shape, "the scores' shape (..., Tq, Tk)")
     return scores_shape
+
+
+def check_score_bias(score_bias, target, what: str) -> torch.Tensor:
+    """Check that ``score_bias`` is a finite floating-point tensor broadcastable to ``target``; return it."""
+    _checks.tensor("score_bias", score_bias, floating=True)
+    _checks.broadcastable("score_bias", score_bias, target, what)
+    if not torch.isfinite(score_bias).all():
+        raise ValueError("score_bias must be finite: forbid a key with the boolean mask (False), not with -inf")
+    return score_bias
 
 
 def scaled_dot_product_attention(
@@ -153,34 +169,41 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     *,
     scale: float | None = None,
+    score_bias: torch.Tensor | None = None,
     return_weights: bool = False,
 ):
-    r"""Attention(Q, K, V) = softmax(Q K^T * scale) V, with scale = 1 / sqrt(Dk) by default.
+    r"""Attention(Q, K, V) = softmax(Q K^T * scale + B) V, with scale = 1 / sqrt(Dk) by default and B = 0.
+
+    ``score_bias`` B adds b_ij to the score of query i and key j after the scaling, as a float
+    ``attn_mask`` does in ``F.scaled_dot_product_attention``; ``mask`` still decides which keys count.
 
     Shapes:
         q:    (..., Tq, Dk)
         k:    (..., Tk, Dk)
         v:    (..., Tk, Dv)
         mask: boolean, broadcastable to (..., Tq, Tk); True = may attend
+        score_bias: floating point, broadcastable to (..., Tq, Tk)
         return: out (..., Tq, Dv), and weights (..., Tq, Tk) when ``return_weights=True``
 
-    Chapter: queries, keys and values.
+    Chapter: queries, keys and values; beyond text (the score bias: distances in a graph).
     """
-    check_qkv(q, k, v, mask)
+    check_qkv(q, k, v, mask, score_bias=score_bias)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = _checks.positive_float("scale", scale, allow_zero=True)
     q, k, v, poisoned = _inert(q, k, v, mask)
-    out, weights = _explicit(q, k, v, mask, scale)  # (..., Tq, Dv), (..., Tq, Tk)
+    out, weights = _explicit(q, k, v, mask, scale, score_bias=score_bias)  # (..., Tq, Dv), (..., Tq, Tk)
     out, weights = _poison(poisoned, out, weights)
     return (out, weights) if return_weights else out
 
 
-def _explicit(q, k, v, mask, scale: float, dropout: float = 0.0):
-    """softmax(q k^T * scale) v with the weights, in float32 for half-precision inputs; (out, weights)."""
+def _explicit(q, k, v, mask, scale: float, dropout: float = 0.0, score_bias=None):
+    """softmax(q k^T * scale + score_bias) v with the weights, in float32 for half-precision inputs; (out, weights)."""
     work = _work_dtype(q.dtype)
     scores = (q.to(work) @ k.to(work).transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    if score_bias is not None:
+        scores = scores + score_bias.to(work)  # (..., Tq, Tk)
     weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
     out = F.dropout(weights, dropout) @ v.to(work)  # (..., Tq, Dv)
     return out.to(q.dtype), weights.to(q.dtype)
@@ -392,28 +415,37 @@ class AdditiveAttention(nn.Module):
 
 
 
-def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool):
+def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool, score_bias=None):
     """The attention of every head, given projected q (B, H, Tq, Dh), k and v (B, H, Tk, Dh).
 
     PyTorch's fused kernel when the weights are not asked for (with zeros, not NaN, for a query that may
     attend to no key), else the explicit softmax; ``fused_causal`` is PyTorch's top-left ``is_causal``.
-    Masked positions are inert on both paths. Returns (heads (B, H, Tq, Dh), weights or None).
+    ``score_bias`` (broadcastable to (B, H, Tq, Tk)) is added to the scaled scores; for the fused kernel it
+    becomes a float ``attn_mask`` with -inf where ``mask`` is False. Masked positions are inert on both
+    paths. Returns (heads (B, H, Tq, Dh), weights or None).
     """
     q, k, v, poisoned = _inert(q, k, v, mask, 0 if fused_causal else None)
     if return_weights:
-        heads, weights = _explicit(q, k, v, mask, 1.0 / math.sqrt(q.shape[-1]), p)  # (B, H, Tq, Dh), (B, H, Tq, Tk)
+        heads, weights = _explicit(q, k, v, mask, 1.0 / math.sqrt(q.shape[-1]), p,
+                                   score_bias)  # (B, H, Tq, Dh), (B, H, Tq, Tk)
     else:
-        heads, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+        attn_mask = mask
+        if score_bias is not None:
+            attn_mask = score_bias.to(q.dtype)  # (.., Tq, Tk) float: added to the scores by the kernel
+            if mask is not None:  # rows with no allowed key stay finite here and are zeroed below
+                allowed = mask | ~mask.any(dim=-1, keepdim=True)
+                attn_mask = torch.where(allowed, attn_mask, float("-inf"))  # broadcast to both shapes
+        heads, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p,
                                                         is_causal=fused_causal), None
         if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
             heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return _poison(poisoned, heads, weights)  # (B, H, Tq, Dh)
 
 
-def _check_attention_inputs(module, query, key, value, mask, past: int = 0) -> torch.Tensor | None:
-    """Check the inputs of an attention layer (widths, lengths, batch, dtype, the mask); return the mask ready
-    to broadcast against (B, H, Tq, Tk). ``past`` keys come from a cache before ``key``. (Blocks check their
-    own arguments with the same functions of ``_checks`` first, under their own names.)
+def _check_attention_inputs(module, query, key, value, mask, score_bias=None, past: int = 0):
+    """Check the inputs of an attention layer (widths, lengths, batch, dtype, the mask, the score bias); return
+    the mask and the bias ready to broadcast against (B, H, Tq, Tk). ``past`` keys come from a cache before
+    ``key``. (Blocks check their own arguments with the same functions first, under their own names.)
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
         _checks.sequence(name, x, module.d_model, module=module)
@@ -421,10 +453,23 @@ def _check_attention_inputs(module, query, key, value, mask, past: int = 0) -> t
         _checks.same_size("batch size and length (B, Tk)", slice(0, 2), ("key", key), ("value", value))
     if key is not query:
         _checks.same_size("batch size B", slice(0, 1), ("query", query), ("key", key))
-    if mask is None:
-        return None
     target = (query.shape[0], module.n_heads, query.shape[1], past + key.shape[1])
-    return _checks.attention_mask("mask", mask, target, device=query.device)
+    if mask is not None:
+        mask = _checks.attention_mask("mask", mask, target, device=query.device)
+    return mask, _head_bias(score_bias, target)
+
+
+def _head_bias(score_bias, target, name: str = "score_bias"):
+    """A score bias of rank 2, 3 or 4 checked against (B, H, Tq, Tk); rank 3 gets a head dimension."""
+    if score_bias is None:
+        return None
+    _checks.tensor(name, score_bias, floating=True)
+    if score_bias.dim() not in (2, 3, 4):
+        raise ValueError(f"{name} must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
+                         f"got shape {_checks.shape_str(score_bias.shape)}")
+    if score_bias.dim() == 3:
+        score_bias = score_bias.unsqueeze(1)  # (B, 1, Tq, Tk): the same bias for every head
+    return check_score_bias(score_bias, target, "(B, H, Tq, Tk)")
 
 
 class MultiHeadAttention(nn.Module):
@@ -438,15 +483,19 @@ class MultiHeadAttention(nn.Module):
     (B, H, Tq, Tk) weights with :func:`scaled_dot_product_attention`; otherwise the fast path calls
     ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no weights returned).
 
+    ``score_bias`` is added to every head's scaled scores (see :func:`scaled_dot_product_attention`): one
+    bias for all heads, or one per head (B, H, Tq, Tk), as the distance biases of graph transformers.
+
     Shapes:
         query: (B, Tq, D)
         key:   (B, Tk, D), defaults to query (self-attention)
         value: (B, Tk, D), defaults to key
         mask:  boolean, True = may attend; (Tq, Tk), (B, Tq, Tk) (e.g. ``padding_mask(lengths)``, which is
                (B, 1, Tk)) or (B, H, Tq, Tk); rank-2 and rank-3 masks apply to every head
+        score_bias: floating point, with the same shapes as ``mask``
         return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
 
-    Chapter: multi-head attention.
+    Chapter: multi-head attention; beyond text (the score bias).
     """
 
     def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True):
@@ -479,15 +528,15 @@ class MultiHeadAttention(nn.Module):
         return out
 
     def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
-                return_weights: bool = False):
+                return_weights: bool = False, score_bias=None):
         key = query if key is None else key
         value = key if value is None else value
-        mask = _check_attention_inputs(self, query, key, value, mask)
+        mask, score_bias = _check_attention_inputs(self, query, key, value, mask, score_bias)
         B, T_q, D = query.shape
         T_k = key.shape[1]
-        # A causal mask alone goes to the fused kernel as is_causal=True (the same top-left aligned
-        # triangle as causal_mask(Tq, Tk)); combined with another mask, or for the weights, it is built.
-        fused_causal = is_causal and mask is None and not return_weights
+        # A causal mask alone goes to the fused kernel as is_causal=True (the same top-left aligned triangle
+        # as causal_mask(Tq, Tk)); combined with another mask or a bias, or for the weights, it is built.
+        fused_causal = is_causal and mask is None and score_bias is None and not return_weights
         if is_causal and not fused_causal:
             causal = causal_mask(T_q, T_k, device=query.device)  # (Tq, Tk)
             mask = causal if mask is None else mask & causal
@@ -496,7 +545,7 @@ class MultiHeadAttention(nn.Module):
         k = k.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
         v = v.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
         heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
-                                return_weights)  # (B, H, Tq, Dh)
+                                return_weights, score_bias)  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out
 
@@ -544,12 +593,14 @@ class GroupedQueryAttention(nn.Module):
     and keys with :func:`attnbook.positional.apply_rope` (self-attention only). With a :class:`KVCache`
     the queries are the new positions, the keys and values those of the cache plus the new ones, and
     ``is_causal`` lets query i attend keys j <= i + T_past (without a cache: the top-left triangle of
-    :func:`causal_mask`, as in :class:`MultiHeadAttention`).
+    :func:`causal_mask`, as in :class:`MultiHeadAttention`). ``score_bias`` is added to the scaled scores, as
+    in :class:`MultiHeadAttention`.
 
     Shapes:
         query: (B, Tq, D); key, value: (B, Tk, D), default to query
         mask:  boolean, True = may attend; (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk); with a cache, Tk counts the
                cached positions too
+        score_bias: floating point, broadcastable to (B, H, Tq, Tk) (rank 3 applies to every head)
         return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
 
     Chapter: modern tweaks (grouped-query attention, RoPE, KV cache).
@@ -580,13 +631,13 @@ class GroupedQueryAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
-                return_weights: bool = False, cache: KVCache | None = None):
+                return_weights: bool = False, cache: KVCache | None = None, score_bias=None):
         key = query if key is None else key
         value = key if value is None else value
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be an attnbook.attention.KVCache, got {type(cache).__name__}")
         past = 0 if cache is None else cache.length
-        mask = _check_attention_inputs(self, query, key, value, mask, past)
+        mask, score_bias = _check_attention_inputs(self, query, key, value, mask, score_bias, past)
         B, T_q, D = query.shape
         T_new = key.shape[1]
         q = self.W_q(query).view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)
@@ -606,11 +657,11 @@ class GroupedQueryAttention(nn.Module):
         v = v.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
         # Causal masks are top-left aligned, as in MultiHeadAttention; with a cache the queries are the
         # positions after the T_past cached ones, so query i may attend keys j <= i + T_past.
-        fused_causal = is_causal and mask is None and past == 0 and not return_weights
+        fused_causal = is_causal and mask is None and score_bias is None and past == 0 and not return_weights
         if is_causal and not fused_causal:
             causal = causal_mask(T_q, T_k, offset=past, device=query.device)  # (Tq, Tk)
             mask = causal if mask is None else mask & causal
         heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
-                                return_weights)  # (B, H, Tq, Dh)
+                                return_weights, score_bias)  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out

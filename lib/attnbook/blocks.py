@@ -211,9 +211,12 @@ class EncoderBlock(_Block):
     equals ``torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff, batch_first=True,
     norm_first=(norm_position == "pre"))``; :meth:`from_torch` copies one.
 
+    ``score_bias`` is added to the attention scores (see ``attention.scaled_dot_product_attention``).
+
     Shapes:
         x:      (B, T, D)
         mask:   boolean, True = may attend: (T, T), (B, T, T) or (B, 1, T) from ``attention.padding_mask``
+        score_bias: floating point, (T, T), (B, T, T) or (B, H, T, T)
         return: (B, T, D); with ``return_weights=True`` also the attention weights (B, H, T, T)
 
     Chapter: the transformer block.
@@ -234,10 +237,10 @@ class EncoderBlock(_Block):
         return self.norms[1]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
-                return_weights: bool = False, cache: KVCache | None = None):
+                return_weights: bool = False, cache: KVCache | None = None, score_bias: torch.Tensor | None = None):
         _checks.sequence("x", x, self.d_model, module=self)
         weights = []
-        extra = {}
+        extra = {} if score_bias is None else {"score_bias": score_bias}
         if cache is not None:  # generation with a KV cache (modern tweaks)
             if not isinstance(self.self_attn, GroupedQueryAttention):
                 raise TypeError("cache needs a block built with n_kv_heads or rope (GroupedQueryAttention); "
@@ -506,3 +509,75 @@ NORMS["rmsnorm"] = lambda d_model, *, eps, bias: RMSNorm(d_model, eps=eps)
 MLPS["swiglu"] = lambda d_model, d_ff, *, dropout, bias: SwiGLU(d_model, d_ff, dropout=dropout, bias=bias)
 MLPS["moe"] = lambda d_model, d_ff, *, dropout, bias: MixtureOfExperts(d_model, d_ff, n_experts=4, top_k=1,
                                                                        dropout=dropout, bias=bias)
+
+
+# --- Any tokens: a stack of encoder blocks and a pooled summary -------------------------------------------
+# Chapter: beyond text (15): sets, graphs, sound and several modalities all go through this stack.
+
+__all__ += ["EncoderStack", "masked_mean"]
+
+
+class EncoderStack(nn.Module):
+    r"""``n_layers`` encoder blocks over tokens that are already vectors, then a final norm (pre-norm stacks).
+
+    A transformer without its tokenizer: it takes a set of T token vectors, a boolean mask (which token may
+    attend to which) and a score bias (structure added to the scores), the same mask and bias in every
+    layer. What a domain changes is how its input becomes these vectors, what position or structure is
+    added to them, and the mask. No positions are added here: without them, the stack is permutation
+    equivariant (permute the tokens, the mask and the bias together, and the outputs are permuted).
+
+    Shapes:
+        x:          (B, T, D)
+        mask:       boolean, True = may attend: (T, T), (B, T, T), (B, 1, T) or (B, H, T, T)
+        score_bias: floating point, (T, T), (B, T, T) or (B, H, T, T)
+        return:     (B, T, D); with ``return_weights=True`` also a list of n_layers weights (B, H, T, T)
+
+    Chapter: beyond text.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int, d_ff: int | None = None, *, dropout: float = 0.0,
+                 mlp: str = "gelu", norm: str = "layernorm", norm_position: str = "pre", bias: bool = True,
+                 eps: float = 1e-5):
+        super().__init__()
+        _checks.positive_int("n_layers", n_layers)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(d_model, n_heads, d_ff, dropout=dropout, mlp=mlp, norm=norm, norm_position=norm_position,
+                         bias=bias, eps=eps) for _ in range(n_layers))
+        self.norm_f = make_norm(norm, d_model, eps=eps, bias=bias) if norm_position == "pre" else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, score_bias: torch.Tensor | None = None,
+                return_weights: bool = False):
+        weights = []
+        for block in self.blocks:
+            if return_weights:
+                x, w = block(x, mask, score_bias=score_bias, return_weights=True)
+                weights.append(w)  # (B, H, T, T)
+            else:
+                x = block(x, mask, score_bias=score_bias)  # (B, T, D)
+        x = self.norm_f(x)  # (B, T, D)
+        return (x, weights) if return_weights else x
+
+
+def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of the token vectors of each sequence, over the tokens where ``keep`` is True (all if None).
+
+    A permutation-invariant summary of a set of tokens: padding does not count (not even a NaN in it), and
+    a sequence with no kept token gives zeros (not NaN).
+
+    Shapes:
+        x:      (B, T, D)
+        keep:   boolean (B, T), True = a real token (e.g. ``padding_mask(lengths)[:, 0]``)
+        return: (B, D)
+
+    Chapter: beyond text (pooling a set).
+    """
+    _checks.tensor("x", x, ndim=3, floating=True)
+    if keep is None:
+        return x.mean(dim=1)  # (B, D)
+    _checks.tensor("keep", keep, ndim=2, dtype=torch.bool)
+    if tuple(keep.shape) != tuple(x.shape[:2]):
+        raise ValueError(f"keep must have shape (B, T) = {_checks.shape_str(x.shape[:2])}, "
+                         f"got {_checks.shape_str(keep.shape)}")
+    w = keep.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
+    kept = torch.where(keep.unsqueeze(-1), x, 0.0)  # (B, T, D): a NaN in a token not kept reaches nothing
+    return kept.sum(dim=1) / w.sum(dim=1).clamp(min=1.0)  # (B, D)

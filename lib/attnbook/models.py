@@ -186,6 +186,12 @@ def _check_config(config) -> TransformerConfig:
     return config
 
 
+def _is_exporting() -> bool:
+    """True while ``torch.export`` (which ``torch.onnx.export(..., dynamo=True)`` uses) traces a model."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(is_exporting and is_exporting())
+
+
 def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor:
     """Token ids (B, T): integers in [0, vocab_size), 1 <= T <= block_size."""
     _checks.tensor(name, ids, ndim=2)
@@ -197,6 +203,8 @@ def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor
     if T > block_size:
         raise ValueError(f"{name} has length T={T}, longer than the model's block_size={block_size}; "
                          f"keep the last {block_size} tokens (generate() crops the context for you)")
+    if _is_exporting():  # traced ids have no values to check (torch.export, torch.onnx)
+        return ids
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{name} has token ids outside [0, {vocab_size}): min {low}, max {high}")

@@ -455,14 +455,26 @@ def patch_grid_figure(image, patch_size: int, *, title: str = "", numbers: bool 
     return fig
 
 
+def _one_channel(x, message: str) -> np.ndarray:
+    """A stack of one-channel images (n, H, W) from (n, H, W) or (n, 1, H, W); else a ValueError with ``message``."""
+    a = to_numpy(x)
+    if a.ndim == 4 and a.shape[1] == 1:
+        a = a[:, 0]
+    if a.ndim != 3:
+        raise ValueError(f"{message}, got shape {to_numpy(x).shape}")
+    return a
+
+
 def image_attention_slider(images, maps: dict[str, Any], *, step_labels: Sequence[str] | None = None,
-                           prefix: str = "", titles: Sequence[str] | None = None, outline: float = 0.3):
+                           prefix: str = "", titles: Sequence[str] | None = None, outline: float = 0.3,
+                           cols: int | None = None, height: int | None = None):
     """Grey images next to attention maps over their patches, one panel per map, with a slider over the images.
 
     Each map is a grid of patch weights (Hg, Wg) for a grid of P x P patches, P = H / Hg, drawn as a heatmap
     at the patches' places, with the outline of the image (the contour at level ``outline``) on top. All
     panels and all slider positions share one colour scale, from 0 to the largest weight of any map, so
-    that panels and images can be compared.
+    that panels and images can be compared. The panels sit in one row, or ``cols`` to a row (wide images,
+    such as spectrograms, read better two to a row).
 
     Shapes:
         images: (n, H, W) or (n, 1, H, W)
@@ -471,11 +483,7 @@ def image_attention_slider(images, maps: dict[str, Any], *, step_labels: Sequenc
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    imgs = to_numpy(images)
-    if imgs.ndim == 4 and imgs.shape[1] == 1:
-        imgs = imgs[:, 0]
-    if imgs.ndim != 3:
-        raise ValueError(f"images must be (n, H, W) or (n, 1, H, W) grey images, got shape {to_numpy(images).shape}")
+    imgs = _one_channel(images, "images must be (n, H, W) or (n, 1, H, W) grey images")
     n, H, W = imgs.shape
     grids = {name: to_numpy(m) for name, m in maps.items()}
     for name, m in grids.items():
@@ -492,20 +500,28 @@ def image_attention_slider(images, maps: dict[str, Any], *, step_labels: Sequenc
         return np.kron(m, np.ones((H // m.shape[0], W // m.shape[1])))
 
     names = list(grids)
-    fig = make_subplots(rows=1, cols=1 + len(names), subplot_titles=["image"] + names, horizontal_spacing=0.03)
+    n_panels = 1 + len(names)
+    cols = n_panels if cols is None else max(1, min(int(cols), n_panels))
+    n_rows = -(-n_panels // cols)
+
+    def place(k):  # panel k (1 = the image) -> (row, col)
+        return {"row": (k - 1) // cols + 1, "col": (k - 1) % cols + 1}
+
+    fig = make_subplots(rows=n_rows, cols=cols, subplot_titles=["image"] + names, horizontal_spacing=0.03,
+                        vertical_spacing=0.12)
     fig.add_trace(go.Heatmap(z=imgs[0], colorscale="Greys", showscale=False,
-                             hovertemplate="pixel value %{z:.2f}<extra></extra>"), row=1, col=1)
+                             hovertemplate="pixel value %{z:.2f}<extra></extra>"), **place(1))
     outline_style = {"coloring": "none", "start": outline, "end": outline, "size": 1.0}
     for k, name in enumerate(names, start=2):
         fig.add_trace(go.Heatmap(z=upsample(grids[name][0]), colorscale="Inferno", zmin=0.0, zmax=top,
                                  showscale=k == 2, colorbar={"title": "weight", "x": 1.02},
-                                 hovertemplate=f"{name}<br>weight %{{z:.3f}}<extra></extra>"), row=1, col=k)
+                                 hovertemplate=f"{name}<br>weight %{{z:.3f}}<extra></extra>"), **place(k))
         fig.add_trace(go.Contour(z=imgs[0], contours=outline_style, line={"color": "#4fc3f7", "width": 2},
-                                 showscale=False, hoverinfo="skip", line_smoothing=1.0), row=1, col=k)
+                                 showscale=False, showlegend=False, hoverinfo="skip", line_smoothing=1.0), **place(k))
     for k in range(1, len(names) + 2):
-        fig.update_xaxes(visible=False, row=1, col=k)
-        fig.update_yaxes(visible=False, autorange="reversed", scaleanchor=f"x{'' if k == 1 else k}", row=1, col=k)
-    fig.update_layout(title=titles[0], height=330, margin={"l": 10, "r": 10, "t": 80, "b": 10})
+        fig.update_xaxes(visible=False, **place(k))
+        fig.update_yaxes(visible=False, autorange="reversed", scaleanchor=f"x{'' if k == 1 else k}", **place(k))
+    fig.update_layout(title=titles[0], height=height or 250 * n_rows + 80, margin={"l": 10, "r": 10, "t": 80, "b": 10})
     steps = []
     for i in range(n):
         z = [imgs[i]]
@@ -543,4 +559,116 @@ def grid_similarity_figure(similarity, grid: Sequence[int], *, title: str = "", 
                                hovertemplate="similarity %{z:.2f}<extra></extra>"))
     fig.update_layout(title=title, width=620, height=520, margin={"l": 10, "r": 10, "t": 50, "b": 10},
                       xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed", "scaleanchor": "x"})
+    return fig
+
+
+# --- Beyond text: graphs and spectrograms -------------------------------------------------------------------
+# Chapter: beyond text.
+
+__all__ += ["graph_figure", "spectrogram_grid"]
+
+
+def graph_figure(adjacency, *, positions=None, node_color=None, node_text=None, title: str = "",
+                 height: int = 360, colorscale: str = "Viridis"):
+    """A graph drawn as nodes and edges, each node hoverable with its number (and ``node_text``).
+
+    ``positions`` are the nodes' (x, y) coordinates; without them each connected component is laid out on
+    its own with networkx's Kamada-Kawai layout (which draws a ring as a ring), side by side.
+    ``node_color`` gives each node a number or a colour.
+
+    Shapes:
+        adjacency: (N, N) symmetric, bool or 0/1; positions: (N, 2); node_color, node_text: N entries
+    """
+    import plotly.graph_objects as go
+
+    A = to_numpy(adjacency) != 0
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"adjacency must be a square matrix (N, N), got shape {A.shape}")
+    n = A.shape[0]
+    if positions is None:
+        positions = _component_layout(A)
+    pos = to_numpy(positions)
+    if pos.shape != (n, 2):
+        raise ValueError(f"positions must be (N, 2) = ({n}, 2), got shape {pos.shape}")
+    xs, ys = [], []
+    for i, j in zip(*np.nonzero(np.triu(A, 1))):
+        xs += [pos[i, 0], pos[j, 0], None]
+        ys += [pos[i, 1], pos[j, 1], None]
+    text = [f"node {i}" + ("" if node_text is None else f"<br>{node_text[i]}") for i in range(n)]
+    color = "#4c78a8" if node_color is None else list(node_color)
+    fig = go.Figure([
+        go.Scatter(x=xs, y=ys, mode="lines", line={"color": "#9e9e9e", "width": 1.5}, hoverinfo="skip",
+                   showlegend=False),
+        go.Scatter(x=pos[:, 0], y=pos[:, 1], mode="markers+text", text=[str(i) for i in range(n)],
+                   textposition="middle center", textfont={"color": "white", "size": 9},
+                   marker={"size": 20, "color": color, "colorscale": colorscale, "line": {"width": 1, "color": "white"}},
+                   hovertext=text, hoverinfo="text", showlegend=False),
+    ])
+    fig.update_layout(title=title, height=height, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      xaxis={"visible": False}, yaxis={"visible": False, "scaleanchor": "x"})
+    return fig
+
+
+def _component_layout(A: np.ndarray) -> np.ndarray:
+    """(N, 2) positions: each connected component laid out alone, scaled by its size, left to right."""
+    import networkx as nx
+
+    graph = nx.from_numpy_array(A.astype(int))
+    pos = np.zeros((A.shape[0], 2))
+    x = 0.0
+    for nodes in sorted(nx.connected_components(graph), key=lambda c: (-len(c), min(c))):
+        nodes = sorted(nodes)
+        radius = np.sqrt(len(nodes))
+        if len(nodes) > 1:
+            sub = graph.subgraph(nodes)
+            start = nx.spectral_layout(sub) if len(nodes) > 2 else None  # a ring comes out as a circle, in order
+            layout = nx.kamada_kawai_layout(sub, pos=start)
+            xy = np.array([layout[i] for i in nodes])
+            xy = xy / max(np.abs(xy).max(), 1e-9) * radius
+        else:
+            xy = np.zeros((1, 2))
+        pos[nodes] = xy + [x + radius, 0.0]
+        x += 2 * radius + 1.0
+    return pos
+
+
+def spectrogram_grid(spectrograms, titles: Sequence[str], *, sample_rate: float, hop_length: int, n_fft: int,
+                     cols: int = 4, title: str = "", patch_size: int | None = None, height_per_row: int = 210):
+    """Spectrograms side by side, time (s) across and frequency (Hz) up, on one colour scale.
+
+    With ``patch_size`` the borders of the P x P patches a transformer reads are drawn on each.
+
+    Shapes:
+        spectrograms: (n, F, T) with F frequency bins (from 0 Hz up) and T frames
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    S = _one_channel(spectrograms, "spectrograms must be (n, F, T) or (n, 1, F, T)")
+    n, F, T = S.shape
+    if len(titles) != n:
+        raise ValueError(f"expected {n} titles, got {len(titles)}")
+    rows = -(-n // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.02,
+                        vertical_spacing=0.12, shared_xaxes=True, shared_yaxes=True)
+    t = np.arange(T) * hop_length / sample_rate  # (T,) seconds, the centre of each frame
+    f = np.arange(F) * sample_rate / n_fft  # (F,) Hz
+    lo, hi = float(S.min()), float(S.max())
+    for k in range(n):
+        r, c = divmod(k, cols)
+        fig.add_trace(go.Heatmap(z=S[k], x=t, y=f, zmin=lo, zmax=hi, colorscale="Viridis", showscale=k == 0,
+                                 colorbar={"title": "log(1 + |X|)"},
+                                 hovertemplate="%{x:.3f} s, %{y:.0f} Hz: %{z:.2f}<extra></extra>"),
+                      row=r + 1, col=c + 1)
+        if patch_size:
+            dt, df = hop_length / sample_rate, sample_rate / n_fft
+            for i in range(0, F + 1, patch_size):
+                fig.add_shape(type="line", x0=t[0] - dt / 2, x1=t[-1] + dt / 2, y0=(i - 0.5) * df, y1=(i - 0.5) * df,
+                              line={"color": "white", "width": 1}, row=r + 1, col=c + 1)
+            for j in range(0, T + 1, patch_size):
+                fig.add_shape(type="line", x0=(j - 0.5) * dt, x1=(j - 0.5) * dt, y0=-df / 2, y1=(F - 0.5) * df,
+                              line={"color": "white", "width": 1}, row=r + 1, col=c + 1)
+    fig.update_xaxes(title_text="time (s)", row=rows, col=1)
+    fig.update_yaxes(title_text="frequency (Hz)", row=1, col=1)
+    fig.update_layout(title=title, height=height_per_row * rows + 80, margin={"l": 10, "r": 10, "t": 70, "b": 10})
     return fig

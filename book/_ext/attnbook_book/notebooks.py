@@ -2,7 +2,8 @@
 
 Run as a program:
 
-    python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md
+    python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
+                                                        # the grader's list of exercises from them
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
 """
@@ -18,6 +19,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 import yaml
+
+from attnbook.exercises import catalog
 
 REPO = Path(__file__).resolve().parents[3]
 CHAPTERS = REPO / "chapters"
@@ -80,6 +83,20 @@ def sync(root: Path = CHAPTERS) -> list[Path]:
         jupytext.write(fresh, ipynb, fmt="ipynb")
         changed.append(ipynb)
     return changed
+
+
+def exercise_manifest(root: Path = CHAPTERS) -> str:
+    """The text of the grader's list of every chapter's exercises (``attnbook/exercises/chapters.json``)."""
+    return catalog.dumps([catalog.parse_notebook(to_ipynb(md), md.stem) for md in chapter_sources(root)])
+
+
+def write_exercise_manifest(root: Path = CHAPTERS, target: Path = catalog.MANIFEST) -> bool:
+    """Rewrite the grader's list of exercises from the chapters; True when it changed."""
+    text = exercise_manifest(root)
+    if target.exists() and target.read_text(encoding="utf-8") == text:
+        return False
+    target.write_text(text, encoding="utf-8")
+    return True
 
 
 def _strip_solution_text(text: str, inside: bool) -> tuple[str, bool]:
@@ -171,6 +188,9 @@ def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False
             continue
         (src / "chapters").mkdir(exist_ok=True)
         shutil.copy2(executed_nb, src / "chapters" / name)
+    exported = executed / "exported"  # models the chapters exported (attnbook.export), for the pages that run them
+    if exported.is_dir():
+        shutil.copytree(exported, src / "exported", ignore=shutil.ignore_patterns("*.pt"))
     report = executed.parent / "reports" / "execution_times.json"
     if report.exists():  # for the table of execution times in the introduction
         (src / "book" / "_data").mkdir(parents=True, exist_ok=True)
@@ -200,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sync":
         for path in sync():
             print(f"wrote {path.relative_to(REPO)}")
+        if write_exercise_manifest():
+            print(f"wrote {catalog.MANIFEST}")
     elif args.command == "student":
         for path in write_student(args.out):
             print(f"wrote {path}")

@@ -4,6 +4,8 @@
   installs into node_modules/) and plotly.js (from the installed plotly package) into ``_static/vendor/``;
 - points MathJax and the widget manager at those copies (see _config.yml) and adds a small script that
   lets the widget manager find its fonts locally and call MathJax 3 through the MathJax 2 API it expects;
+- copies onnxruntime-web (npm) and the models the chapters exported into the site, for the model in the
+  page (see ``inpage``);
 - removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice).
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sphinx.errors import ConfigError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from . import chapter_map
+from . import chapter_map, inpage
 
 logger = logging.getLogger(__name__)
 TIMES_REPORT = "book/_data/execution_times.json"  # where `stage` puts the report inside the sources
@@ -35,6 +37,10 @@ NPM_ASSETS = [
     ("mathjax/es5/sre", "mathjax/sre"),
     ("requirejs/require.js", "require/require.js"),
     ("@jupyter-widgets/html-manager/dist", "html-manager"),
+    # onnxruntime-web, WebAssembly only, for the model in the page (inpage.py); loaded only when used
+    ("onnxruntime-web/dist/ort.wasm.min.js", "onnxruntime/ort.wasm.min.js"),
+    ("onnxruntime-web/dist/ort-wasm-simd-threaded.mjs", "onnxruntime/ort-wasm-simd-threaded.mjs"),
+    ("onnxruntime-web/dist/ort-wasm-simd-threaded.wasm", "onnxruntime/ort-wasm-simd-threaded.wasm"),
 ]
 
 WIDGETS_SHIM = """\
@@ -91,6 +97,7 @@ def copy_assets(app, exception) -> None:
     (vendor / "plotly").mkdir(parents=True, exist_ok=True)
     shutil.copy2(plotly_js, vendor / "plotly" / "plotly.min.js")
     (vendor / "widgets-shim.js").write_text(WIDGETS_SHIM)
+    inpage.copy_models(Path(app.srcdir), Path(app.outdir))
 
 
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:

@@ -298,6 +298,8 @@ def check_generate(fn, model: GPT | None = None) -> Result:
     def run(idx, n):
         return fn(model, idx.clone(), n, T, top_k=1)
 
+    run.__wrapped__ = fn  # so that an error's hint quotes the learner's line, not this one
+
     def reference(idx, n):
         return model.generate(idx, n, temperature=0)
 
