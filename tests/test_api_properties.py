@@ -18,15 +18,19 @@ Then exactly one of these must hold:
 - the call raises a ``TypeError`` or ``ValueError`` from a ``raise`` in the library (not from inside
   PyTorch) whose message names the argument (a shape change may name the argument it disagrees with);
   a valid call (no change, or half precision) must not raise;
-- the call returns, and every floating tensor in the result is finite and equal to the reference: the
-  same call in float64 (modules copied to float64), or an independent reference where one exists
-  (``torch.nn.functional.scaled_dot_product_attention``, ``torch.softmax``...), within a tolerance of
-  the result's dtype relative to the largest reference value. With a NaN in an input, the result may be
-  NaN only where the output depends on that input: where two float64 calls with two different finite
-  numbers in its place agree, the result must be finite and equal to them (masked positions are inert).
+- the call returns, and every floating tensor in the result is finite and equal to the reference within
+  a tolerance of the least precise dtype of the call, relative to the largest reference value. The
+  reference is an independent float64 computation where one exists (attention one query at a time over
+  the keys it may attend, for every attention function and layer; the softmax, the log-sum-exp and the
+  masked mean written out; PyTorch's own functions; counts written as formulas), else the same call in
+  float64 (modules copied to float64). The reference is non-finite only where the mathematics says so
+  (the log-sum-exp of a query with no key) or where a NaN put into an input reaches in plain arithmetic
+  over the allowed positions only: the result must be non-finite exactly there, so a NaN in a masked
+  position must not reach anything (masked positions are inert).
 
-``test_every_public_entry_point_has_a_spec`` checks that no public function or module is left out, and
-the last test checks that every spec produced both errors and results (the statistics are printed).
+``test_every_public_entry_point_has_a_spec`` checks that no public function or module is left out (or is
+excluded with a reason), the anchors check each spec's valid call deterministically, and
+``test_statistics`` prints how many cases this run generated.
 """
 from __future__ import annotations
 
@@ -1283,7 +1287,8 @@ def test_each_spec_accepts_its_valid_call_and_refuses_a_list(name):
     bad = next(((k, "list") for k, a in args.items() if "list" in a.corruptions),
                next(((k, a.corruptions[0]) for k, a in args.items() if a.corruptions), None))
     if bad is not None:
-        assert run_case(name, sizes, 0, bad, count=False) in ("error", "result")
+        outcome = run_case(name, sizes, 0, bad, count=False)
+        assert outcome == "error" if bad[1] == "list" else outcome in ("error", "result")
 
 
 def test_statistics(capsys):
