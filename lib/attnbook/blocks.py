@@ -49,7 +49,12 @@ NORMS: dict[str, Callable[..., nn.Module]] = {
     "layernorm": lambda d_model, *, eps, bias: nn.LayerNorm(d_model, eps=eps, bias=bias),
 }
 
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    # GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): a close approximation of the exact one
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 def _choice(name: str, value, options) -> str:
@@ -80,7 +85,8 @@ def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) 
 class FeedForward(nn.Module):
     r"""The position-wise feed-forward network FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied to each position.
 
-    ``activation`` is ``"relu"`` (the 2017 paper) or ``"gelu"`` (GPT-2). The dropout after the activation
+    ``activation`` is ``"relu"`` (the 2017 paper), ``"gelu"`` or ``"gelu_tanh"`` (GPT-2's tanh approximation
+    of the GELU, chapter 13). The dropout after the activation
     is the one of ``torch.nn.TransformerEncoderLayer``.
 
     Shapes:
@@ -152,6 +158,8 @@ MLPS: dict[str, Callable[..., nn.Module]] = {
                                                                 dropout=dropout, bias=bias),
     "gelu": lambda d_model, d_ff, *, dropout, bias: FeedForward(d_model, d_ff, activation="gelu",
                                                                 dropout=dropout, bias=bias),
+    "gelu_tanh": lambda d_model, d_ff, *, dropout, bias: FeedForward(d_model, d_ff, activation="gelu_tanh",
+                                                                     dropout=dropout, bias=bias),
 }
 
 

@@ -672,3 +672,67 @@ def spectrogram_grid(spectrograms, titles: Sequence[str], *, sample_rate: float,
     fig.update_yaxes(title_text="frequency (Hz)", row=1, col=1)
     fig.update_layout(title=title, height=height_per_row * rows + 80, margin={"l": 10, "r": 10, "t": 70, "b": 10})
     return fig
+
+
+# --- Masks side by side, and accuracy against the amount of labelled data -----------------------------
+# Chapter: from text to tokens, and pretraining (13).
+
+__all__ += ["mask_panels", "accuracy_by_size"]
+
+
+def mask_panels(masks: dict[str, Any], labels: dict[str, tuple[Sequence[str], Sequence[str]]] | None = None, *,
+                title: str = ""):
+    """Boolean attention masks side by side, one panel each: a filled cell is a key the query may attend to.
+
+    ``labels`` maps a panel's name to (key labels, query labels).
+
+    Shapes:
+        each mask: (Tq, Tk), True = may attend
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    if not masks:
+        raise ValueError("masks is empty")
+    titles = [name.replace(": ", ":<br>") for name in masks]  # two short lines each, so neighbours do not overlap
+    fig = make_subplots(rows=1, cols=len(masks), subplot_titles=titles, horizontal_spacing=0.08)
+    for i, (name, mask) in enumerate(masks.items(), start=1):
+        z = to_numpy(mask)
+        if z.ndim != 2:
+            raise ValueError(f"mask {name!r} must be a matrix (Tq, Tk), got shape {z.shape}")
+        keys, queries = (labels or {}).get(name, (None, None))
+        x, y = _labels(keys, z.shape[1]), _labels(queries, z.shape[0])
+        fig.add_trace(go.Heatmap(z=z, x=x, y=y, zmin=0, zmax=1, showscale=False,
+                                 colorscale=[[0, "#f2f2f2"], [1, "#2b6cb0"]], xgap=1, ygap=1,
+                                 hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>"),
+                      row=1, col=i)
+        fig.update_xaxes(title_text="key", type="category", row=1, col=i)
+        fig.update_yaxes(title_text="query" if i == 1 else None, type="category", autorange="reversed", row=1, col=i)
+    fig.update_layout(title=title, height=380, margin={"t": 110})
+    return fig
+
+
+def accuracy_by_size(results: dict[str, dict[int, Sequence[float]]], *, title: str = "",
+                     x_title: str = "labelled examples (log scale)", y_title: str = "test accuracy",
+                     chance: float | None = None):
+    """Accuracy against the number of labelled examples: the mean over seeds with error bars (lowest to highest).
+
+    ``results`` maps a curve's name to {number of examples: [accuracy of each seed]}.
+    """
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name, by_size in results.items():
+        sizes = sorted(by_size)
+        means = [float(np.mean(by_size[n])) for n in sizes]
+        fig.add_scatter(x=sizes, y=means, name=name, mode="lines+markers",
+                        error_y={"type": "data", "symmetric": False,
+                                 "array": [max(by_size[n]) - m for n, m in zip(sizes, means)],
+                                 "arrayminus": [m - min(by_size[n]) for n, m in zip(sizes, means)]},
+                        hovertemplate="%{x} examples: %{y:.1%}<extra>" + name + "</extra>")
+    if chance is not None:
+        fig.add_hline(y=chance, line_dash="dot", annotation_text="chance")
+    sizes = sorted({n for by_size in results.values() for n in by_size})
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title=x_title, yaxis_title=y_title,
+                      yaxis_tickformat=".0%", xaxis_tickvals=sizes, xaxis_ticktext=[f"{n:,}" for n in sizes])
+    return fig
