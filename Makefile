@@ -31,7 +31,7 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 	--nbval-cell-timeout=900 -p no:cacheprovider \
 	--executed-dir $(BUILD)/executed --times-report $(BUILD)/reports/execution_times.json
 
-.PHONY: help setup python-env npm-assets chromium sync execute html book test test-lib test-notebooks \
+.PHONY: help setup python-env npm-assets chromium diagrams sync execute html book test test-lib test-notebooks \
 	test-site test-gpu student bench clean
 
 help:
@@ -41,6 +41,7 @@ help:
 	@echo "make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
 	@echo "make bench     run the benchmarks in benchmarks/ (slow)"
 	@echo "make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
+	@echo "make diagrams  redraw book/images/diagrams/*.svg from their sources (attnbook_book.diagrams)"
 
 # --- set-up -------------------------------------------------------------------------------------
 setup: python-env npm-assets chromium
@@ -63,6 +64,11 @@ chromium:
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 # --- the book -----------------------------------------------------------------------------------
+# The diagrams are drawn by code (book/_ext/attnbook_book/diagrams/); the SVG files are committed so that
+# Jupyter shows them, and every build draws them again (a test fails if a committed file is stale).
+diagrams: python-env
+	$(PY) -m attnbook_book.diagrams write
+
 sync: python-env
 	$(PY) -m attnbook_book.notebooks sync
 
@@ -73,7 +79,7 @@ execute: python-env
 	$(NBVAL) --student $(NB)
 
 # Build the HTML from the notebooks `execute` just ran, with warnings as errors.
-html: python-env npm-assets
+html: python-env npm-assets diagrams
 	$(PY) -m attnbook_book.notebooks stage $(BUILD)/executed $(BUILD)/src $(if $(PARTIAL),--partial)
 	rm -rf $(BUILD)/site
 	$(BIN)/jupyter-book build $(BUILD)/src --path-output $(BUILD)/site -n $(if $(PARTIAL),,-W) --keep-going

@@ -4,6 +4,9 @@ Plotly figures carry every state of their sliders inside the figure (precomputed
 keep working in the static HTML book with no kernel. Matplotlib figures are what the live
 ``attnbook.widgets`` explorers redraw.
 
+Colours come from ``attnbook.style``, the book's visual language: ``color("weight")`` for attention weights,
+``color("position")`` for positions and so on, the same colours as in the diagrams.
+
 Chapter: queries, keys and values (heatmaps, temperature); later chapters add their own figures.
 """
 from __future__ import annotations
@@ -12,7 +15,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .style import WEIGHT_SCALE, color
+
 __all__ = [
+    "color",
     "glue",
     "to_numpy",
     "add_slider",
@@ -94,7 +100,7 @@ def _heatmap_trace(z: np.ndarray, x: list[str], y: list[str], zmax: float | None
     import plotly.graph_objects as go
 
     return go.Heatmap(
-        z=z, x=x, y=y, zmin=0.0, zmax=zmax, colorscale="Blues",
+        z=z, x=x, y=y, zmin=0.0, zmax=zmax, colorscale=WEIGHT_SCALE,
         texttemplate="%{z:.2f}" if z.size <= 144 else None,
         hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>",
     )
@@ -171,7 +177,7 @@ def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title:
     start = int(np.argmin(np.abs(np.log(temperatures))))  # the step closest to T = 1
     w0 = weights(temperatures[start])
     fig = go.Figure(go.Bar(x=x, y=w0, text=[f"{v:.2f}" for v in w0], textposition="outside",
-                           hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+                           marker_color=color("weight"), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
     fig.update_layout(title=title, yaxis_range=[0, 1.1], yaxis_title="weight", xaxis_type="category")
     steps = []
     for t in temperatures:
@@ -190,7 +196,7 @@ def heatmap_mpl(weights, x_labels=None, y_labels=None, *, title: str = "", ax=No
         fig, ax = plt.subplots(figsize=(0.6 * z.shape[1] + 2, 0.5 * z.shape[0] + 1.5))
     else:
         fig = ax.figure
-    ax.imshow(z, cmap="Blues", vmin=0.0, vmax=max(1.0, float(z.max())))
+    ax.imshow(z, cmap=WEIGHT_SCALE, vmin=0.0, vmax=max(1.0, float(z.max())))
     ax.set_xticks(range(z.shape[1]), _labels(x_labels, z.shape[1]), rotation=45, ha="right")
     ax.set_yticks(range(z.shape[0]), _labels(y_labels, z.shape[0]))
     if annotate and z.size <= 144:
@@ -212,7 +218,7 @@ def bars_mpl(values, labels=None, *, title: str = "", ylim=(0.0, 1.05), ax=None)
         fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * v.size + 1), 3))
     else:
         fig = ax.figure
-    bars = ax.bar(range(v.size), v, color="#4c78a8")
+    bars = ax.bar(range(v.size), v, color=color("weight"))
     ax.bar_label(bars, fmt="%.2f")
     ax.set_xticks(range(v.size), _labels(labels, v.size))
     if ylim is not None:
@@ -341,7 +347,8 @@ def positional_waveform_figure(d_models: Sequence[int] = (16, 32, 64, 128, 256, 
     for d in d_models:
         y, name = _pe_dimension(tables[d], d, dim, base)
         fig.add_scatter(x=positions, y=y if y is not None else [None] * n_positions, name=name,
-                        mode="lines+markers", marker={"size": 4}, visible=d == d_model, showlegend=True,
+                        mode="lines+markers", marker={"size": 4}, line_color=color("position"),
+                        visible=d == d_model, showlegend=True,
                         hovertemplate="position %{x}<br>value %{y:.3f}<extra></extra>")
     fig.update_layout(title="One dimension of the sinusoidal positional encoding", xaxis_title="position",
                       yaxis_title="PE[position, dimension]", yaxis_range=[-1.15, 1.15],
@@ -376,7 +383,7 @@ def positional_waveform_mpl(d_model: int, dim: int, *, n_positions: int = 100, b
         fig = ax.figure
     y, name = _pe_dimension(pe, d_model, dim, base)
     if y is not None:
-        ax.plot(np.arange(n_positions), y, ".-", markersize=3)
+        ax.plot(np.arange(n_positions), y, ".-", markersize=3, color=color("position"))
     ax.set_ylim(-1.15, 1.15)
     ax.set_xlabel("position")
     ax.set_ylabel("PE[position, dimension]")
