@@ -213,6 +213,13 @@ def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor
     return ids
 
 
+def _check_mask(config: TransformerConfig, name: str, mask, ids: torch.Tensor, t_k: int) -> None:
+    """A boolean attention mask (True = may attend) for queries ``ids`` (B, T) and ``t_k`` keys, under the
+    caller's name."""
+    if mask is not None:
+        _checks.attention_mask(name, mask, (ids.shape[0], config.n_heads, ids.shape[1], t_k), device=ids.device)
+
+
 class _Embed(nn.Module):
     """Token embedding plus positional encoding, then dropout."""
 
@@ -261,6 +268,7 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         _check_ids("src", src, self.vocab_size, self.config.block_size)
+        _check_mask(self.config, "src_mask", src_mask, src, src.shape[1])
         x = self.embed(src)  # (B, S, D)
         for block in self.blocks:
             x = block(x, src_mask)  # (B, S, D)
@@ -289,6 +297,9 @@ class Decoder(nn.Module):
     def forward(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 *, return_weights: bool = False):
         _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+        _checks.sequence("memory", memory, self.config.d_model, module=self)
+        _checks.same_size("batch size B", slice(0, 1), ("tgt", tgt), ("memory", memory))
+        _check_mask(self.config, "memory_mask", memory_mask, tgt, memory.shape[1])
         x = self.embed(tgt)  # (B, T, D)
         cross = []
         for block in self.blocks:
@@ -321,6 +332,10 @@ class EncoderDecoder(nn.Module):
         INITS[config.init](self, config.n_layers)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        _check_ids("src", src, self.encoder.vocab_size, self.config.block_size)
+        _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+        _checks.same_size("batch size B", slice(0, 1), ("src", src), ("tgt", tgt))
+        _check_mask(self.config, "src_mask", src_mask, tgt, src.shape[1])  # the decoder's cross-attention
         return self.decoder(tgt, self.encoder(src, src_mask), src_mask)  # (B, T, V)
 
     @torch.no_grad()
@@ -465,6 +480,15 @@ class GPT(nn.Module):
         return idx
 
 
+def _check_targets(name: str, targets: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Token ids to predict: integers in [0, vocab_size) (or ``ignore_index``)."""
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {targets.dtype}")
+    kept = targets if ignore_index is None else targets[targets != ignore_index]
+    if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= vocab_size):
+        raise ValueError(f"{name} has token ids outside [0, {vocab_size}): min {int(kept.min())}, max {int(kept.max())}")
+
+
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
     """Mean cross-entropy over every position: logits (B, T, V), targets (B, T) -> scalar (nats per token)."""
     _checks.tensor("logits", logits, ndim=3, floating=True)
@@ -472,6 +496,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = 
     if logits.shape[:2] != targets.shape:
         raise ValueError(f"logits (B, T, V) and targets (B, T) disagree: {_checks.shape_str(logits.shape)} "
                          f"and {_checks.shape_str(targets.shape)}")
+    _check_targets("targets", targets, logits.shape[-1], ignore_index)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
 
 
@@ -487,7 +512,10 @@ def lm_loss_sum(model: nn.Module, ids: torch.Tensor, *, block_size: int | None =
     Shapes:
         ids: (N,) token ids
     """
+    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "config", None), TransformerConfig):
+        raise TypeError(f"model must be a language model of attnbook.models (e.g. GPT), got {type(model).__name__}")
     _checks.tensor("ids", ids, ndim=1)
+    _check_targets("ids", ids, model.config.vocab_size)
     block_size = model.config.block_size if block_size is None else _checks.positive_int("block_size", block_size)
     _checks.positive_int("batch_size", batch_size)
     rank, world_size = shard

@@ -77,11 +77,11 @@ def _pair(name: str, value) -> tuple[int, int]:
     return (_checks.positive_int(name, value),) * 2
 
 
-def _divisible(what: str, size: int, patch_size: int) -> int:
+def _divisible(name: str, what: str, size: int, patch_size: int) -> int:
     if size % patch_size:
         lower, upper = (size // patch_size) * patch_size, (size // patch_size + 1) * patch_size
         fix = f"crop or resize to {lower} or pad to {upper}" if lower else f"resize or pad to {upper}"
-        raise ValueError(f"the image {what} {size} is not divisible by patch_size={patch_size} "
+        raise ValueError(f"the image {what} of {name} is {size}, not divisible by patch_size={patch_size} "
                          f"({size} = {size // patch_size} * {patch_size} + {size % patch_size}); {fix}")
     return size // patch_size
 
@@ -95,7 +95,8 @@ def grid_size(image_size, patch_size: int) -> tuple[int, int]:
     """
     height, width = _pair("image_size", image_size)
     _checks.positive_int("patch_size", patch_size)
-    return _divisible("height", height, patch_size), _divisible("width", width, patch_size)
+    return (_divisible("image_size", "height", height, patch_size),
+            _divisible("image_size", "width", width, patch_size))
 
 
 def n_tokens(image_size, patch_size: int, *, class_token: bool = True) -> int:
@@ -107,8 +108,10 @@ def n_tokens(image_size, patch_size: int, *, class_token: bool = True) -> int:
     return grid_h * grid_w + int(bool(class_token))
 
 
-def _check_images(images, patch_size: int, in_channels: int | None = None, image_size=None) -> torch.Tensor:
-    """A batch of channels-first images (B, C, H, W) with H and W multiples of the patch size."""
+def _check_images(images, patch_size: int, in_channels: int | None = None, image_size=None,
+                  module: nn.Module | None = None) -> torch.Tensor:
+    """A batch of channels-first images (B, C, H, W) with H and W multiples of the patch size (and the dtype
+    and device of ``module``'s parameters)."""
     _checks.tensor("images", images, floating=True)
     if images.dim() != 4:
         hint = " (a single image? add a batch dimension with images[None])" if images.dim() == 3 else ""
@@ -122,8 +125,10 @@ def _check_images(images, patch_size: int, in_channels: int | None = None, image
     if image_size is not None and tuple(images.shape[-2:]) != tuple(image_size):
         raise ValueError(f"images must be {image_size[0]} x {image_size[1]} (the model's image_size: its position "
                          f"embeddings are made for that grid), got shape {_checks.shape_str(images.shape)}")
-    _divisible("height", images.shape[-2], patch_size)
-    _divisible("width", images.shape[-1], patch_size)
+    _divisible("images", "height", images.shape[-2], patch_size)
+    _divisible("images", "width", images.shape[-1], patch_size)
+    if module is not None:
+        _checks.like("images", images, module)
     return images
 
 
@@ -191,7 +196,7 @@ class LinearPatchEmbedding(nn.Module):
         self.E = nn.Linear(in_channels * patch_size ** 2, d_model, bias=bias)  # weight (D, C*P*P)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
+        _check_images(images, self.patch_size, self.in_channels, module=self)
         return self.E(patchify(images, self.patch_size))  # (B, T, D)
 
     def extra_repr(self) -> str:
@@ -234,7 +239,7 @@ class ConvPatchEmbedding(nn.Module):
         return conv
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
+        _check_images(images, self.patch_size, self.in_channels, module=self)
         x = self.E(images)  # (B, D, Hg, Wg)
         return x.flatten(2).transpose(1, 2)  # (B, T, D)
 
@@ -369,7 +374,7 @@ class ViT(nn.Module):
         """
         c = self.config
         _checks.tensor("images", images, floating=True)
-        _check_images(images, c.patch_size, c.in_channels, c.image_size)
+        _check_images(images, c.patch_size, c.in_channels, c.image_size, module=self)
         x = self.patch_embed(images)  # (B, T, D)
         if c.positions != "learned":
             x = x + self.patch_positions.to(x.dtype)  # (B, T, D); zeros for "none"
@@ -518,7 +523,7 @@ class SmallCNN(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _checks.tensor("images", images, floating=True)
-        _check_images(images, 2, self.in_channels)
+        _check_images(images, 2, self.in_channels, module=self)
         x = self.features(images)  # (B, widths[-1], H / 2, W / 2)
         return self.head(x.mean(dim=(2, 3)))  # (B, n_classes)
 
@@ -531,10 +536,13 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
 
     Chapter: vision transformers.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _checks.tensor("images", images, ndim=4, floating=True)
     _checks.tensor("labels", labels, ndim=1)
     if labels.shape[0] != images.shape[0]:
         raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
+    batch_size = _checks.positive_int("batch_size", batch_size)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
