@@ -16,9 +16,6 @@ NB ?= $(sort $(wildcard chapters/[0-9][0-9]_*.ipynb))
 PARTIAL ?=
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-# Offline copies of the data sets: ../shared/data when it exists, unless ATTNBOOK_DATA is already set.
-ATTNBOOK_DATA ?= $(firstword $(wildcard $(abspath ../shared/data)))
-export ATTNBOOK_DATA
 # Models that chapters export for their pages (attnbook.export) go next to the executed notebooks; the
 # build copies them into the site. Without it (Jupyter, Colab) they go to ./exported.
 ATTNBOOK_EXPORT_DIR := $(abspath $(BUILD))/executed/exported
@@ -34,7 +31,7 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 	--nbval-cell-timeout=900 -p no:cacheprovider \
 	--executed-dir $(BUILD)/executed --times-report $(BUILD)/reports/execution_times.json
 
-.PHONY: help setup python-env npm-assets chromium sync execute html book test test-lib test-notebooks \
+.PHONY: help setup python-env npm-assets chromium diagrams sync execute html book test test-lib test-notebooks \
 	test-site test-gpu student bench clean
 
 help:
@@ -44,6 +41,7 @@ help:
 	@echo "make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
 	@echo "make bench     run the benchmarks in benchmarks/ (slow)"
 	@echo "make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
+	@echo "make diagrams  redraw book/images/diagrams/*.svg from their sources (attnbook_book.diagrams)"
 
 # --- set-up -------------------------------------------------------------------------------------
 setup: python-env npm-assets chromium
@@ -66,6 +64,11 @@ chromium:
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 # --- the book -----------------------------------------------------------------------------------
+# The diagrams are drawn by code (book/_ext/attnbook_book/diagrams/); the SVG files are committed so that
+# Jupyter shows them, and every build draws them again (a test fails if a committed file is stale).
+diagrams: python-env
+	$(PY) -m attnbook_book.diagrams write
+
 sync: python-env
 	$(PY) -m attnbook_book.notebooks sync
 
@@ -76,7 +79,7 @@ execute: python-env
 	$(NBVAL) --student $(NB)
 
 # Build the HTML from the notebooks `execute` just ran, with warnings as errors.
-html: python-env npm-assets
+html: python-env npm-assets diagrams
 	$(PY) -m attnbook_book.notebooks stage $(BUILD)/executed $(BUILD)/src $(if $(PARTIAL),--partial)
 	rm -rf $(BUILD)/site
 	$(BIN)/jupyter-book build $(BUILD)/src --path-output $(BUILD)/site -n $(if $(PARTIAL),,-W) --keep-going

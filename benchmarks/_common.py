@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 from pathlib import Path
 
 README = Path(__file__).resolve().parent / "README.md"
@@ -41,3 +42,10 @@ def write_section(name: str, section: str, path: Path = README) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(text)
+
+
+def summary(values: list[float]) -> str:
+    """Accuracies over seeds as "mean (lowest to highest)", in percent; one value alone as itself."""
+    if len(values) == 1:
+        return f"{values[0]:.1%}"
+    return f"{statistics.mean(values):.1%} ({min(values):.1%} to {max(values):.1%})"

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from attnbook import data, measure, train, vit
-from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
+from _common import cpu_name, loadavg, markers, summary, write_section  # noqa: E402  (benchmarks/_common.py)
 
 HERE = Path(__file__).resolve().parent
 TINY = dict(image_size=8, patch_size=2, in_channels=1, n_classes=10, d_model=64, n_layers=2, n_heads=4, d_ff=128)
@@ -104,10 +104,6 @@ def part_data(digits, seeds, sizes, device) -> list[dict]:
     return rows
 
 
-def summary(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.1%}"
-    return f"{statistics.mean(values):.1%} ({min(values):.1%} to {max(values):.1%})"
 
 
 

@@ -275,13 +275,13 @@ def test_bad_mask_and_module_arguments():
         MultiHeadAttention(10, 3)
     mha = MultiHeadAttention(8, 2)
     x = torch.randn(2, 5, 8)
-    with pytest.raises(ValueError, match=r"query must have width d_model=8, got shape \(2, 5, 6\)"):
+    with pytest.raises(ValueError, match=r"query must have shape \(B, T, d_model=8\), got \(2, 5, 6\)"):
         mha(torch.randn(2, 5, 6))
     with pytest.raises(ValueError, match=r"key and value must have the same batch size and length \(B, Tk\), got key \(2, 5, 8\) and value \(2, 4, 8\)"):
         mha(x, x, torch.randn(2, 4, 8))
     with pytest.raises(TypeError, match=r"mask must have dtype torch.bool, got torch.int64"):
         mha(x, mask=torch.ones(5, 5, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"mask must be broadcastable to \(B, H, Tq, Tk\) = \(2, 2, 5, 5\), got shape \(2, 1, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"mask must be broadcastable to \(B, H, Tq, Tk\) = \(2, 2, 5, 5\), got shape \(2, 1, 4\)"):
         mha(x, mask=padding_mask([4, 2]))
     with pytest.raises(ValueError, match=r"lengths must be a non-empty 1-D sequence"):
         padding_mask([[1, 2]])

@@ -182,7 +182,7 @@ def test_bad_inputs_errors():
     enc, dec = EncoderBlock(8, 2), DecoderBlock(8, 2)
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, d_model=8\), got \(2, 5, 6\)"):
         enc(randn(2, 5, 6))
-    with pytest.raises(ValueError, match="x must have 3 dimensions"):
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, d_model=8\), got \(5, 8\)"):
         enc(randn(5, 8))
     with pytest.raises(ValueError, match=r"memory must have shape \(B, T, d_model=8\)"):
         dec(randn(2, 5, 8), randn(2, 4, 4))
@@ -192,5 +192,5 @@ def test_bad_inputs_errors():
         EncoderBlock.from_torch(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="mask must be broadcastable"):
         enc(randn(2, 5, 8), torch.ones(4, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="x must have 3 dimensions"):
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, d_model=8\), got \(5, 8\)"):
         ConvFeedForward(8, 16)(randn(5, 8))

@@ -1,4 +1,4 @@
-"""attnbook.data.fetch: offline folder, verified cache, verified download, clear errors."""
+"""attnbook.data.fetch: offline folder, packaged copies, verified cache, verified download, clear errors."""
 import functools
 import hashlib
 import http.server
@@ -14,9 +14,55 @@ from attnbook import data
 
 @pytest.fixture
 def isolated(monkeypatch, tmp_path):
+    """No ATTNBOOK_DATA, an empty cache, and an empty folder in place of the packaged data files."""
     monkeypatch.delenv("ATTNBOOK_DATA", raising=False)
     monkeypatch.setenv("ATTNBOOK_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "packaged").mkdir()
+    monkeypatch.setattr(data, "packaged_dir", lambda: tmp_path / "packaged")
     return tmp_path
+
+
+@pytest.fixture
+def no_download(monkeypatch):
+    def refuse(url, timeout):
+        raise AssertionError(f"fetch tried to download {url}")
+
+    monkeypatch.setattr(data, "_download", refuse)
+
+
+def test_the_packaged_copies_are_used_without_any_download(monkeypatch, tmp_path, no_download):
+    monkeypatch.delenv("ATTNBOOK_DATA", raising=False)
+    monkeypatch.setenv("ATTNBOOK_CACHE", str(tmp_path / "cache"))
+    for name, spec in data.DATASETS.items():
+        path = data.fetch(name)
+        assert path == data.packaged_dir() / spec.path
+        assert data.sha256_of(path) == spec.sha256 and path.stat().st_size == spec.size
+    assert not (tmp_path / "cache").exists()
+    licence = (data.packaged_dir() / "eng-fra" / "LICENSE").read_text()
+    assert "Creative Commons Attribution 2.0 France" in licence and "tatoeba.org" in licence
+    readme = (data.packaged_dir() / "README.md").read_text()
+    assert all(spec.sha256 in readme and spec.path in readme for spec in data.DATASETS.values())
+
+
+def test_attnbook_data_still_overrides_the_packaged_copy(monkeypatch, tmp_path, no_download):
+    folder = tmp_path / "mine"
+    (folder / "tinyshakespeare").mkdir(parents=True)
+    (folder / "tinyshakespeare" / "input.txt").write_bytes((data.packaged_dir() / "tinyshakespeare" / "input.txt").read_bytes())
+    monkeypatch.setenv("ATTNBOOK_DATA", str(folder))
+    assert data.fetch("tinyshakespeare") == folder / "tinyshakespeare" / "input.txt"
+    assert data.fetch("eng-fra") == data.packaged_dir() / "eng-fra" / "eng-fra.txt"  # not in the folder
+
+
+def test_a_damaged_packaged_copy_is_not_used(isolated, monkeypatch):
+    content = b"the right text\n"
+    (isolated / "packaged" / "doc").mkdir()
+    (isolated / "packaged" / "doc" / "doc.txt").write_bytes(b"damaged")
+    monkeypatch.setitem(data.DATASETS, "doc", data.Dataset("doc", "doc/doc.txt", "http://127.0.0.1:9/doc.txt",
+                                                           hashlib.sha256(content).hexdigest(), len(content), "test"))
+    monkeypatch.setattr(data, "_download", lambda url, timeout: content)
+    with pytest.warns(RuntimeWarning, match="packaged copy .* has sha256 .* it is not used"):
+        path = data.fetch("doc")
+    assert path == isolated / "cache" / "doc" / "doc.txt" and path.read_bytes() == content
 
 
 def serve(folder: Path):

@@ -1,10 +1,8 @@
 """Tokenizers, vocabularies, the eng-fra pairs and the synthetic tasks of attnbook.data (chapter 03)."""
 from __future__ import annotations
 
-import os
 from collections import Counter
 from datetime import date
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,8 +10,6 @@ from hypothesis import strategies as st
 
 from attnbook import data
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-OFFLINE = Path(os.environ.get("ATTNBOOK_DATA") or SHARED)  # the offline copies the test command uses
 
 
 def test_tokenize_words_punctuation_clitics_and_spaces():
@@ -80,8 +76,7 @@ def test_vocab_build_orders_by_frequency_and_drops_rare_tokens():
         data.Vocab.build(sequences, min_freq=0)
 
 
-def test_eng_fra_pairs_and_attribution(monkeypatch):
-    monkeypatch.setenv("ATTNBOOK_DATA", str(OFFLINE))
+def test_eng_fra_pairs_and_attribution():
     pairs = data.load_eng_fra()
     assert len(pairs) == 5000
     assert all(p.source and p.target for p in pairs)

@@ -139,6 +139,102 @@ def test_mini_gpt_checker():
     assert result and "Tie lm_head.weight" in result.message
 
 
+def initialised(cls, init):
+    """``cls`` whose ``__init__`` ends with ``init(self)``: a learner's own (degenerate) initialisation."""
+    def __init__(self, *args):
+        cls.__init__(self, *args)
+        with torch.no_grad():
+            init(self)
+
+    return type(f"{cls.__name__}_initialised", (cls,), {"__init__": __init__})
+
+
+def zero(*layers):
+    for layer in layers:
+        layer.weight.zero_()
+        if getattr(layer, "bias", None) is not None:
+            layer.bias.zero_()
+
+
+def identity(layer):
+    layer.weight.copy_(torch.eye(layer.weight.shape[0]))
+    layer.bias.zero_()
+
+
+class NonCausalBlock(Block):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.attn = with_mistake("no_mask")(d_model, n_heads)
+
+
+# A wrong forward with an initialisation that makes it agree with the right one on the learner's own weights
+# (zero output projection, zero queries and keys, an identity projection, a zero position table, a zero
+# token embedding tied to the output layer, one Block repeated): the checkers give the learner's layers
+# random weights of their own, so these fail, with the usual mistake's hint where there is one.
+DEGENERATE = {
+    "attention without mask, W_o = 0": (
+        "check_causal_self_attention", initialised(with_mistake("no_mask"), lambda m: zero(m.W_o)),
+        "mask is missing"),
+    "attention without mask, W_v = 0": (
+        "check_causal_self_attention", initialised(with_mistake("no_mask"), lambda m: zero(m.W_v)),
+        "mask is missing"),
+    "unscaled attention, W_q = W_k = 0": (
+        "check_causal_self_attention", initialised(with_mistake("unscaled"), lambda m: zero(m.W_q, m.W_k)),
+        "not scaled"),
+    "attention without W_o, W_o = identity": (
+        "check_causal_self_attention", initialised(with_mistake("no_projection"), lambda m: identity(m.W_o)),
+        "apply W_o"),
+    "block with GELU, W_2 = 0": (
+        "check_block", initialised(type("Block_gelu", (Block,), {"mistake": "gelu"}), lambda m: zero(m.W_2)),
+        "wrong non-linearity"),
+    "block with non-causal attention, attn.W_o = 0": (
+        "check_block", initialised(NonCausalBlock, lambda m: zero(m.attn.W_o)), "not causal"),
+    "GPT without positions, pos_emb = 0": (
+        "check_mini_gpt", initialised(type("GPT_no_positions", (MiniGPT,), {"mistake": "no_positions"}),
+                                       lambda m: zero(m.pos_emb)),
+        "position embeddings are not added"),
+    "GPT without positions or final norm, tok_emb = lm_head = 0": (
+        "check_mini_gpt", initialised(type("GPT_no_final_norm", (MiniGPT,), {"mistake": "no_final_norm"}),
+                                       lambda m: zero(m.tok_emb)),
+        "final LayerNorm"),
+}
+
+
+@pytest.mark.parametrize("name", DEGENERATE)
+def test_checkers_see_through_the_learners_initialisation(name):
+    checker, answer, hint = DEGENERATE[name]
+    with pytest.raises(ExerciseFailed, match=hint):
+        getattr(ex, checker)(answer)  # looked up now, so that conftest's replaying checker is the one run
+
+
+def test_mini_gpt_checker_sees_skipped_blocks_and_one_repeated_block():
+    class NoBlocks(MiniGPT):
+        def forward(self, idx):
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1]))
+            return self.lm_head(self.norm_f(x))
+
+    # with W_o = W_2 = 0 (and zero biases) every block is the identity, so skipping them looked right
+    silent = lambda m: [zero(b.attn.W_o, b.W_2) for b in m.blocks]  # noqa: E731
+    with pytest.raises(ExerciseFailed, match="on test case 1, values differ"):
+        ex.check_mini_gpt(initialised(NoBlocks, silent))
+
+    class Repeated(MiniGPT):  # nn.ModuleList([Block(...)] * n_layers): one Block, used n_layers times
+        def __init__(self, vocab_size, block_size, d_model, n_heads, n_layers):
+            super().__init__(vocab_size, block_size, d_model, n_heads, n_layers)
+            self.blocks = nn.ModuleList([Block(d_model, n_heads)] * n_layers)
+
+    with pytest.raises(ExerciseFailed, match="the same Block"):
+        ex.check_mini_gpt(Repeated)
+
+
+def test_checkers_leave_the_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    assert ex.check_causal_self_attention(Attention) and ex.check_block(Block) and ex.check_mini_gpt(MiniGPT)
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
 def probs(logits, temperature=1.0, top_k=None):
     if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
@@ -175,7 +271,8 @@ def test_generate_checker():
         raise NotImplementedError
 
     assert not ex.check_generate(stub)
-    with pytest.raises(ExerciseFailed, match="feed the model only the last block_size tokens"):
+    with pytest.raises(ExerciseFailed, match="feed the model only the last block_size tokens") as info:
         ex.check_generate(lambda *a, **k: generate(*a, **k, crop=False))
+    assert "at the line `logits = model(" in info.value.hint  # the learner's line, not the checker's
     with pytest.raises(ExerciseFailed, match="only the new tokens"):
         ex.check_generate(lambda m, idx, n, T, **k: generate(m, idx, n, T, **k)[:, idx.shape[1]:])

@@ -186,7 +186,7 @@ def test_bias_false_has_no_biases():
     (lambda m, x: MultiHeadAttention(12, 5), ValueError, r"d_model must be divisible by n_heads, got d_model=12 and n_heads=5"),
     (lambda m, x: MultiHeadAttention(8, 0), ValueError, r"n_heads must be an integer >= 1, got 0"),
     (lambda m, x: MultiHeadAttention(8, 2, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-    (lambda m, x: m(x[0]), ValueError, r"query must have 3 dimensions, got shape \(5, 8\)"),
+    (lambda m, x: m(x[0]), ValueError, r"query must have shape \(B, T, d_model=8\), got \(5, 8\)"),
     (lambda m, x: m(x.long()), TypeError, r"query must be a floating-point tensor, got dtype torch.int64"),
     (lambda m, x: m(x, torch.randn(3, 5, 8)), ValueError, r"query and key must have the same batch size B, got query \(2, 5, 8\) and key \(3, 5, 8\)"),
     (lambda m, x: m(x, torch.randn(2, 6, 8), torch.randn(2, 4, 8)), ValueError,

@@ -36,3 +36,11 @@ def test_the_papers_the_book_relies_on_are_cited():
                    "phuong2022", "dao2022", "dosovitskiy2021", "xiong2020", "zhang2019", "shazeer2020", "yun2020",
                    "radford2019", "brown2020", "kitaev2020", "wang2020", "choromanski2021"):
         assert any(key.startswith(prefix) for key in cited), f"no page cites {prefix}..."
+
+
+def test_no_entry_holds_latex_math():
+    """The bibliography is rendered by pybtex, which prints ``$O(n^2)$`` as it stands: write math in Unicode."""
+    bib = (REPO / "book" / "references.bib").read_text()
+    entries = re.split(r"^(?=@)", bib, flags=re.M)
+    with_math = [e.split(",")[0] for e in entries if re.search(r"\$|\\\(|\\\[|\^\{?\d", e)]
+    assert not with_math, f"entries with LaTeX math, which the bibliography page shows raw: {with_math}"

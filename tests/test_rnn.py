@@ -281,7 +281,7 @@ def test_lstm_state_errors():
     x = torch.zeros(2, 3)
     with pytest.raises(TypeError, match=r"state must be a pair \(h, c\)"):
         cell(x, torch.zeros(2, 4))
-    with pytest.raises(ValueError, match=r"c must have shape \(B, hidden_size\) = \(2, 4\).*got \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"state\[1\] \(c\) must have shape \(B, hidden_size\) = \(2, 4\).*got \(2, 3\)"):
         cell(x, (torch.zeros(2, 4), torch.zeros(2, 3)))
 
 

@@ -1,12 +1,17 @@
 """The built HTML book, opened in headless Chromium (Debian's package, driven by Playwright).
 
-On every page: no console errors, no request leaves the local server, math is rendered. On pages with
-plotly figures: every figure renders, and moving a slider changes its figure. On pages with widgets:
-the widgets render. Every Colab link points at a notebook that exists in the repository.
+On every page: no console errors, no request leaves the local server, math is rendered, and every image
+has alt text. On pages with plotly figures: every figure renders, and moving a slider changes its figure.
+On pages with widgets: the widgets render. Every diagram is drawn, numbered, captioned and labelled for
+screen readers. Every page is opened again in dark mode at a phone's width: diagrams and plots take the
+dark colours, widgets keep legible text on the theme's light card, still with no console error. Every
+Colab link points at a notebook that exists in the repository. No chapter page shows a code cell that
+only glues numbers into the prose.
 """
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import json
 import os
@@ -69,13 +74,16 @@ def browser():
         browser.close()
 
 
-def open_page(browser, url: str, *, requested: list[str] | None = None, **page_options):
+def open_page(browser, url: str, *, requested: list[str] | None = None, mode: str | None = None, **page_options):
     """Open ``url``; return the page, its console errors and the requests that left the local server.
 
-    ``requested``, when given, collects the URL of every request the page makes; ``page_options`` go to
+    ``requested``, when given, collects the URL of every request the page makes; ``mode`` ("light" or
+    "dark") is the colour mode the theme's toggle would have stored; ``page_options`` go to
     ``browser.new_page`` (a phone's viewport, for example).
     """
     page = browser.new_page(**page_options)
+    if mode:
+        page.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
     errors: list[str] = []
     outside: list[str] = []
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
@@ -141,12 +149,85 @@ def test_page(server, browser, path):
             assert page.locator(".jupyter-widgets").count() >= views
             assert "Error rendering" not in page.content()
 
+        check_diagrams(page, path)
+        # Images, static and drawn by widgets: each says what it shows (not empty, not a file name).
+        images = page.evaluate("() => [...document.images].map(i => [i.getAttribute('alt'), i.src.slice(0, 80)])")
+        no_alt = [src for alt, src in images if not alt or not alt.strip() or re.search(r"\.(png|svg|jpe?g|gif)$", alt)]
+        assert no_alt == [], f"{path}: {len(no_alt)} of {len(images)} images without alt text: {no_alt}"
+
         # The model in the page: only a page with the widget may load onnxruntime or a model.
         if page.locator("div.attnbook-inpage").count() == 0:
             heavy = [u for u in requested if INPAGE_ASSETS.search(u)]
             assert heavy == [], f"{path} has no model in the page but loaded {heavy}"
 
         assert errors == [], f"{path}: console errors: {errors}"
+        assert outside == [], f"{path}: requests left the local server: {outside}"
+    finally:
+        page.close()
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG contrast ratio of two CSS colours written as rgb(...) or rgba(...)."""
+    def luminance(css):
+        r, g, b = (float(v) / 255 for v in re.findall(r"[\d.]+", css)[:3])
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def check_diagrams(page, path: str) -> int:
+    """Every diagram is an inline SVG with a size, alt text and a numbered caption, shown at least at
+    MIN_SCALE of its own size (narrower screens scroll it); returns how many there are."""
+    from attnbook_book.figures import MIN_SCALE
+
+    figures = page.locator("figure.attnbook-diagram-figure")
+    source = REPO / Path(path).with_suffix(".md")
+    if source.is_file():  # every diagram the chapter shows became a figure
+        expected = len(re.findall(r"^!\[[^\]]*\]\([^)]*images/diagrams/[a-z0-9_]+\.svg\)", source.read_text(), re.M))
+        assert figures.count() == expected, f"{path}: {figures.count()} diagram figures, the chapter has {expected}"
+    for i in range(figures.count()):
+        figure = figures.nth(i)
+        figure.scroll_into_view_if_needed()
+        info = figure.evaluate("""f => { const s = f.querySelector('svg.abd'), b = s.getBoundingClientRect();
+            return {w: b.width, h: b.height, view: s.viewBox.baseVal.width, alt: s.getAttribute('aria-label') || '',
+                    caption: (f.querySelector('figcaption') || {}).textContent || '', id: f.id}; }""")
+        name = info["id"] or f"diagram {i}"
+        assert info["w"] > 0 and info["h"] > 0, f"{path}: {name} is not drawn"
+        assert info["w"] >= MIN_SCALE * info["view"] - 1, f"{path}: {name} is shrunk below {MIN_SCALE} of its size"
+        assert len(info["alt"].split()) >= 8, f"{path}: {name} has no alt text"
+        assert re.match(r"\s*Fig\. \d+(\.\d+)*\s+\S", info["caption"]), f"{path}: {name} has no numbered caption"
+    return figures.count()
+
+
+@pytest.mark.parametrize("path", content_pages())
+def test_page_in_dark_mode_on_a_phone(server, browser, path):
+    from attnbook import style
+
+    page, errors, outside = open_page(browser, f"{server}/{path}", mode="dark", viewport={"width": 390, "height": 900})
+    try:
+        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+        n = check_diagrams(page, path)
+        if n:  # the diagrams take the dark colours of the palette
+            ink = page.evaluate("getComputedStyle(document.querySelector('svg.abd')).getPropertyValue('--ink')")
+            assert ink.strip() == style.theme("dark")["ink"], f"{path}: diagrams keep their light colours"
+        figures = page.locator("div.attnbook-plotly")
+        for i in range(figures.count()):
+            figure = figures.nth(i)
+            figure.scroll_into_view_if_needed()
+            figure.locator(".main-svg").first.wait_for(state="attached", timeout=15_000)
+            page.wait_for_function("el => el.dataset.attnbookTheme === 'dark'", arg=figure.element_handle(),
+                                   timeout=15_000)
+            font = figure.evaluate("el => el._fullLayout.font.color")
+            assert font == style.PLOTLY_DARK["font_color"], f"{path}: plotly figure {i} keeps dark text on a dark page"
+        if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
+            # widgets do not follow the mode: the theme shows them on a light card; their text must stay dark
+            page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=15_000)
+            colours = page.evaluate("""() => Array.from(document.querySelectorAll('.widget-subarea .widget-label'))
+                .map(e => [getComputedStyle(e).color, getComputedStyle(e.closest('.widget-subarea')).backgroundColor])""")
+            for text, card in colours:
+                assert contrast(text, card) >= 4.5, f"{path}: widget text {text} on {card}"
+        assert errors == [], f"{path}: console errors in dark mode: {errors}"
         assert outside == [], f"{path}: requests left the local server: {outside}"
     finally:
         page.close()
@@ -166,6 +247,35 @@ def test_colab_links_point_at_notebooks_in_the_repo():
             assert link.startswith(prefix), f"{entry}.html: Colab link {link} does not start with {prefix}"
             target = REPO / link[len(prefix):]
             assert target.suffix == ".ipynb" and target.is_file(), f"{entry}.html: {link} names no notebook in the repo"
+
+
+CELL_INPUT = re.compile(r'<div class="cell_input docutils container">\s*<div class="highlight-[\w-]+ notranslate">'
+                        r'<div class="highlight"><pre>(.*?)</pre>', re.S)
+
+
+def visible_code_cells(page_html: str) -> list[str]:
+    """The source of every code cell whose input a built page contains (shown, or folded behind a toggle)."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", block)) for block in CELL_INPUT.findall(page_html)]
+
+
+def test_no_page_shows_a_cell_that_only_glues():
+    from attnbook_book.notebooks import is_glue_only
+
+    chapters = [e for e in built_toc() if e.startswith("chapters/")]
+    assert chapters, "no chapter in _toc.yml"
+    for entry in chapters:
+        cells = visible_code_cells((HTML / f"{entry}.html").read_text())
+        assert cells, f"{entry}.html: no code cell found; has the page layout changed?"
+        glue_only = [c for c in cells if is_glue_only(c)]
+        assert not glue_only, f"{entry}.html shows cells that only glue numbers (tag them remove-input): {glue_only}"
+
+
+def test_visible_code_cells_are_read_from_the_page():
+    page = ('<div class="cell_input docutils container">\n<div class="highlight-ipython3 notranslate"><div class='
+            '"highlight"><pre><span></span><span class="n">viz</span><span class="o">.</span><span class="n">glue'
+            '</span><span class="p">(</span><span class="s2">&quot;a&quot;</span><span class="p">,</span> '
+            '<span class="mi">1</span><span class="p">)</span>\n</pre></div>')
+    assert visible_code_cells(page) == ['viz.glue("a", 1)\n']
 
 
 def test_every_chapter_has_an_execution_time():
@@ -480,5 +590,21 @@ def test_three_jobs_in_the_page_equals_onnx_runtime(server, browser):
             notes = widget.root.locator(".attnbook-inpage-notes").inner_text()
             assert ("left out" in notes) == bool(prompt.dropped or prompt.cropped), notes
         assert errors == [] and outside == []
+    finally:
+        page.close()
+
+
+def test_diagram_files_render_on_their_own(browser):
+    """What Jupyter shows: each diagram file, loaded as an image outside the book, has a size."""
+    import base64
+
+    page = browser.new_page()
+    try:
+        for path in sorted((REPO / "book" / "images" / "diagrams").glob("*.svg")):
+            data = base64.b64encode(path.read_bytes()).decode()
+            page.set_content(f'<img id="d" src="data:image/svg+xml;base64,{data}">')
+            page.wait_for_function("document.getElementById('d').complete")
+            width = page.evaluate("document.getElementById('d').naturalWidth")
+            assert width > 0, f"{path.name} does not render as an image"
     finally:
         page.close()

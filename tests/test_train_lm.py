@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +16,7 @@ TINY_FLAGS = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
 
 
 @pytest.fixture(autouse=True)
-def offline_data(monkeypatch):
-    if not os.environ.get("ATTNBOOK_DATA") and Path(__file__).resolve().parents[2].joinpath("shared/data").is_dir():
-        monkeypatch.setenv("ATTNBOOK_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+def quiet(monkeypatch):
     monkeypatch.setenv("ATTNBOOK_PROGRESS", "0")
 
 
@@ -112,8 +109,6 @@ def test_the_nanogpt_recipe_is_the_published_one():
 def checkpoint(tmp_path_factory):
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
     out = tmp_path_factory.mktemp("ckpt")
-    if not os.environ.get("ATTNBOOK_DATA"):
-        os.environ["ATTNBOOK_DATA"] = str(Path(__file__).resolve().parents[2] / "shared" / "data")
     train_lm.train_run(TrainConfig(**{**TINY, "steps": 2}), out)
     return out / "ckpt.pt"
 

@@ -244,11 +244,11 @@ def test_random_affine():
 # --- bad input --------------------------------------------------------------------------------------------
 
 def test_image_sizes_not_divisible_by_the_patch_size():
-    with pytest.raises(ValueError, match=r"image height 225 is not divisible by patch_size=16 .*crop or resize to 224 or pad to 240"):
+    with pytest.raises(ValueError, match=r"image height of images is 225, not divisible by patch_size=16 .*crop or resize to 224 or pad to 240"):
         vit.patchify(torch.zeros(1, 3, 225, 224), 16)
-    with pytest.raises(ValueError, match="image width 10 is not divisible by patch_size=4"):
+    with pytest.raises(ValueError, match="image width of image_size is 10, not divisible by patch_size=4"):
         vit.grid_size((8, 10), 4)
-    with pytest.raises(ValueError, match="image height 7 is not divisible by patch_size=2"):
+    with pytest.raises(ValueError, match="image height of image_size is 7, not divisible by patch_size=2"):
         vit.ViTConfig(**{**SMALL, "image_size": 7})
     with pytest.raises(ValueError, match="not divisible by patch_size"):
         vit.LinearPatchEmbedding(1, 3, 8)(torch.zeros(1, 1, 8, 8))
@@ -268,7 +268,7 @@ def test_wrong_channels_ranks_and_sizes():
         model(torch.zeros(1, 1, 8, 8, dtype=torch.long))
     with pytest.raises(TypeError, match="images must be a torch.Tensor"):
         vit.patchify([[0.0]], 2)
-    with pytest.raises(ValueError, match=r"patches must have shape \(B, N=16, C\*P\*P=4\)"):
+    with pytest.raises(ValueError, match=r"patches must have shape \(B, T=16, C\*P\*P=4\)"):
         vit.unpatchify(torch.zeros(1, 15, 4), 2, 8)
 
 

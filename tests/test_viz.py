@@ -43,7 +43,7 @@ def test_temperature_figure_steps_are_softmaxes():
     temps = [0.1, 1.0, 10.0]
     fig = viz.softmax_temperature_figure(scores, ["a", "b", "c"], temps)
     steps = fig.layout.sliders[0].steps
-    assert fig.layout.sliders[0].active == 1  # starts at T = 1
+    assert fig.layout.sliders[0].active == 1  # starts at τ = 1
     for step, t in zip(steps, temps):
         np.testing.assert_allclose(step.args[0]["y"][0], torch.softmax(scores / t, -1).numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="temperatures must all be > 0"):

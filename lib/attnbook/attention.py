@@ -7,6 +7,21 @@ A query row with no allowed key gets all-zero weights (and so a zero output), ne
 A *score bias* b is a float tensor of the same broadcastable shape that is added to the scaled scores,
 softmax(q . k / sqrt(Dk) + b_ij): relative positions, graph distances, any structure between tokens i and
 j that the scores should see. A float ``attn_mask`` of ``F.scaled_dot_product_attention`` is such a bias.
+
+Conventions every attention path of the library follows (the functions here, :class:`MultiHeadAttention`
+on both paths, :class:`GroupedQueryAttention`, ``flash.flash_attention``):
+
+- **Causal masks are top-left aligned**: query i may attend to key j iff j <= i + offset, with offset 0
+  unless one is given explicitly (:func:`causal_mask`, PyTorch's ``is_causal=True``). A KV cache gives the
+  offset itself: the new queries follow the T_past cached positions, so offset = T_past.
+- **Masked positions are inert**: a NaN or infinity in a key or value that a query may not attend never
+  reaches that query's output, nor any gradient (the non-finite entries are replaced with ``where``
+  before the products, so that no 0 * NaN is ever formed). A non-finite number that a query may attend
+  (in its own query, an allowed key, or an entry of an allowed value) makes the output NaN where it
+  would reach it without masks; a query with no allowed key still gives zeros.
+- **Half precision**: float16 and bfloat16 inputs give outputs of their own dtype, but the explicit path
+  forms the scores, the softmax and the weighted sum in float32 (as fused kernels do), so scores beyond
+  65504 do not overflow.
 """
 from __future__ import annotations
 
@@ -34,10 +49,17 @@ __all__ = [
 ]
 
 
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype attention is computed in: float32 for half-precision inputs (as fused kernels do), else their own."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax over the last dimension that puts exactly zero weight where ``mask`` is False.
 
-    Rows where every entry is masked come out as all zeros (not NaN), and their gradient is zero.
+    Rows where every entry is masked come out as all zeros (not NaN), and their gradient is zero. Masked
+    scores are never read: a NaN or infinity there changes nothing, in the weights or in the gradient.
+    Half-precision scores are normalised in float32 and returned in their own dtype.
 
     Shapes:
         scores: (..., Tq, Tk)
@@ -46,14 +68,19 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
 
     Chapter: queries, keys and values (softmax); masking (the -inf fill).
     """
+    _checks.tensor("scores", scores, min_ndim=1, floating=True)
+    work = _work_dtype(scores.dtype)
     if mask is None:
-        return torch.softmax(scores, dim=-1)
+        return torch.softmax(scores, dim=-1, dtype=work).to(scores.dtype)
+    _checks.tensor("mask", mask, dtype=torch.bool)
+    _checks.broadcastable("mask", mask, scores.shape, "the scores' shape (..., Tq, Tk)")
     any_allowed = mask.any(dim=-1, keepdim=True)  # (..., Tq, 1)
-    # Rows with no allowed key are temporarily un-masked so that the softmax stays finite,
-    # then zeroed: this keeps both the values and the gradients free of NaN.
-    safe_mask = mask | ~any_allowed
-    weights = torch.softmax(scores.masked_fill(~safe_mask, float("-inf")), dim=-1)
-    return weights.masked_fill(~any_allowed, 0.0)
+    # Masked scores become -inf; a row with no allowed key becomes a row of zeros, so that its softmax
+    # stays finite (it is zeroed afterwards). masked_fill and where select, they never multiply: no NaN
+    # in a masked score can reach the values or the gradients.
+    filled = torch.where(any_allowed, scores.masked_fill(~mask, float("-inf")), 0.0)  # (..., Tq, Tk)
+    weights = torch.softmax(filled, dim=-1, dtype=work)  # (..., Tq, Tk)
+    return weights.masked_fill(~mask, 0.0).to(scores.dtype)  # masked weights are exactly 0, even beside a NaN
 
 
 def softmax_with_temperature(scores: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -165,12 +192,69 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = _checks.positive_float("scale", scale, allow_zero=True)
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
-    if score_bias is not None:
-        scores = scores + score_bias.to(scores.dtype)  # (..., Tq, Tk)
-    weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
-    out = weights @ v  # (..., Tq, Dv)
+    q, k, v, poisoned = _inert(q, k, v, mask)
+    out, weights = _explicit(q, k, v, mask, scale, score_bias=score_bias)  # (..., Tq, Dv), (..., Tq, Tk)
+    out, weights = _poison(poisoned, out, weights)
     return (out, weights) if return_weights else out
+
+
+def _explicit(q, k, v, mask, scale: float, dropout: float = 0.0, score_bias=None):
+    """softmax(q k^T * scale + score_bias) v with the weights, in float32 for half-precision inputs; (out, weights)."""
+    work = _work_dtype(q.dtype)
+    scores = (q.to(work) @ k.to(work).transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    if score_bias is not None:
+        scores = scores + score_bias.to(work)  # (..., Tq, Tk)
+    weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
+    out = F.dropout(weights, dropout) @ v.to(work)  # (..., Tq, Dv)
+    return out.to(q.dtype), weights.to(q.dtype)
+
+
+def _inert(q, k, v, mask=None, offset: int | None = None):
+    """Make the positions a query may not attend inert.
+
+    Returns (q, k, v) with every NaN or infinity replaced by 0, and what :func:`_poison` then sets to NaN:
+    (rows, weights, entries): the query rows (..., Tq) that may attend a key with a non-finite entry or
+    whose own query has one, their allowed weights (..., Tq, Tk), and the entries (..., Tq, Dv) of the
+    output that such a row or a non-finite value reaches. ``offset`` stands for the causal mask
+    j <= i + offset when ``mask`` is None. Without any mask every query may attend every key, and with
+    finite inputs (the usual case, found with one sum per tensor; on a GPU this waits for the device) there
+    is nothing to do: the inputs come back as they are, with None.
+    """
+    if (mask is None and offset is None) or _tracing() or _finite(q, k, v):
+        return q, k, v, None
+    finite = [torch.isfinite(x) for x in (q, k, v)]
+    bad_q = ~finite[0].all(dim=-1)  # (..., Tq)
+    bad_k = ~finite[1].all(dim=-1)  # (..., Tk)
+    bad_v = ~finite[2]  # (..., Tk, Dv)
+    q, k, v = (torch.where(ok, x, 0.0) for x, ok in zip((q, k, v), finite))
+    allowed = causal_mask(q.shape[-2], k.shape[-2], offset=offset, device=q.device) if mask is None else mask
+    rows = (allowed & bad_k.unsqueeze(-2)).any(dim=-1) | (bad_q & allowed.any(dim=-1))  # (..., Tq)
+    work = _work_dtype(v.dtype)
+    entries = (allowed.to(work) @ bad_v.to(work)) > 0  # (..., Tq, Dv): an allowed key's value is non-finite there
+    return q, k, v, (rows, rows.unsqueeze(-1) & allowed, entries | rows.unsqueeze(-1))
+
+
+def _tracing() -> bool:
+    """True while ``torch.compile`` or ``torch.export`` (``torch.onnx``) traces: a traced graph cannot branch on
+    values, so it keeps the fused path as it is (there, a NaN in a masked position may spread as in PyTorch)."""
+    compiler = getattr(torch, "compiler", None)
+    return any(bool(getattr(compiler, name, lambda: False)()) for name in ("is_compiling", "is_exporting"))
+
+
+def _finite(*tensors) -> bool:
+    """Whether every entry of the tensors is finite, from their sums (a sum that overflows only costs the slow path)."""
+    total = sum(x.detach().sum(dtype=_work_dtype(x.dtype)) for x in tensors)
+    return bool(torch.isfinite(total))
+
+
+def _poison(poisoned, out, weights=None):
+    """Set to NaN what :func:`_inert` found a non-finite input reaches: entries of ``out`` (..., Tq, Dv), and
+    the allowed weights (..., Tq, Tk) of the rows it reaches (masked weights stay 0)."""
+    if poisoned is None:
+        return out, weights
+    _, weight_entries, entries = poisoned
+    out = out.masked_fill(entries, float("nan"))
+    return out, None if weights is None else weights.masked_fill(weight_entries, float("nan"))
 
 
 def causal_mask(t_q: int, t_k: int | None = None, *, offset: int = 0, device=None) -> torch.Tensor:
@@ -204,8 +288,8 @@ def padding_mask(lengths, t_k: int | None = None, *, device=None) -> torch.Tenso
 
     Chapter: masking.
     """
-    lengths = torch.as_tensor(lengths, device=device)
-    if lengths.dim() != 1 or lengths.numel() == 0 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+    lengths = _checks.as_integers("lengths", lengths, what="a non-empty 1-D sequence of integers", device=device)
+    if lengths.dim() != 1 or lengths.numel() == 0:
         raise ValueError(
             f"lengths must be a non-empty 1-D sequence of integers (one length per sequence), "
             f"got {lengths.dtype} of shape {_checks.shape_str(lengths.shape)}")
@@ -254,22 +338,30 @@ class AdditiveScore(nn.Module):
                              f"{_checks.shape_str(keys.shape)}")
         return self.W_2(keys)  # (..., Tk, A)
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, *,
-                projected_keys: torch.Tensor | None = None) -> torch.Tensor:
-        _checks.tensor("query", query, min_ndim=2, floating=True)
-        _checks.tensor("keys", keys, min_ndim=2, floating=True)
+    def check(self, query, keys, projected_keys=None) -> tuple[int, ...]:
+        """Check the arguments of :meth:`forward`; return the scores' shape (..., Tq, Tk)."""
+        _checks.features("query", query, self.W_1.in_features, module=self, width_name="d_query", min_ndim=2)
+        _checks.features("keys", keys, self.W_2.in_features, module=self, width_name="d_key", min_ndim=2)
         if projected_keys is not None:  # W_2 keys, precomputed by project_keys (decoders reuse it every step)
             _checks.tensor("projected_keys", projected_keys, min_ndim=2, floating=True)
             expected = (*keys.shape[:-1], self.W_2.out_features)
             if tuple(projected_keys.shape) != expected:
                 raise ValueError(f"projected_keys must have shape {_checks.shape_str(expected)} (keys' shape with "
                                  f"width d_attn), got {_checks.shape_str(projected_keys.shape)}")
-        if query.shape[-1] != self.W_1.in_features:
-            raise ValueError(f"query must have width d_query={self.W_1.in_features}, got shape "
-                             f"{_checks.shape_str(query.shape)}")
-        if keys.shape[-1] != self.W_2.in_features:
-            raise ValueError(f"keys must have width d_key={self.W_2.in_features}, got shape "
-                             f"{_checks.shape_str(keys.shape)}")
+            _checks.like("projected_keys", projected_keys, self)
+        for name, x, what in (("query", query, "queries Tq"), ("keys", keys, "keys Tk")):
+            if x.shape[-2] == 0:
+                raise ValueError(f"{name} is an empty sequence: it has 0 {what}, shape {_checks.shape_str(x.shape)}")
+        try:
+            batch = torch.broadcast_shapes(query.shape[:-2], keys.shape[:-2])
+        except RuntimeError:
+            raise ValueError(f"the batch dimensions of query and keys must be broadcastable, got query "
+                             f"{_checks.shape_str(query.shape)} and keys {_checks.shape_str(keys.shape)}") from None
+        return (*batch, query.shape[-2], keys.shape[-2])
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, *,
+                projected_keys: torch.Tensor | None = None) -> torch.Tensor:
+        self.check(query, keys, projected_keys)
         projected_q = self.W_1(query).unsqueeze(-2)  # (..., Tq, 1, A)
         if projected_keys is None:
             projected_keys = self.W_2(keys)  # (..., Tk, A)
@@ -296,45 +388,88 @@ class AdditiveAttention(nn.Module):
 
     def forward(self, query, keys, values, mask=None, *, return_weights: bool = False,
                 projected_keys: torch.Tensor | None = None):
+        scores_shape = self.score.check(query, keys, projected_keys)  # (..., Tq, Tk)
         _checks.tensor("values", values, min_ndim=2, floating=True)
+        _checks.like("values", values, self)
         if keys.shape[-2] != values.shape[-2]:
             raise ValueError(
                 f"keys and values must have the same number of positions Tk, got keys "
                 f"{_checks.shape_str(keys.shape)} and values {_checks.shape_str(values.shape)}")
-        scores = self.score(query, keys, projected_keys=projected_keys)  # (..., Tq, Tk)
+        _checks.broadcastable("values", values, (*scores_shape[:-2], *values.shape[-2:]),
+                              "the batch dimensions of the scores with (Tk, Dv)")
         if mask is not None:
             _checks.tensor("mask", mask, dtype=torch.bool)
-            _checks.broadcastable("mask", mask, scores.shape, "the scores' shape (..., Tq, Tk)")
+            _checks.broadcastable("mask", mask, scores_shape, "the scores' shape (..., Tq, Tk)")
+        poisoned = None
+        if mask is not None:  # masked positions are inert (see the module docstring)
+            n_keys = keys.shape[-1]
+            if projected_keys is not None:
+                keys = torch.cat([keys, projected_keys.to(keys.dtype)], dim=-1)  # cleaned together, split below
+            query, keys, values, poisoned = _inert(query, keys, values, mask)
+            keys, projected_keys = (keys, None) if projected_keys is None else (keys[..., :n_keys], keys[..., n_keys:])
+        scores = self.score(query, keys, projected_keys=projected_keys)  # (..., Tq, Tk)
         weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
         context = weights @ values  # (..., Tq, Dv)
+        context, weights = _poison(poisoned, context, weights)
         return (context, weights) if return_weights else context
 
 
 
 def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool, score_bias=None):
-    """The attention of every head, given projected q (B, H, Tq, Dh), k and v (B, H or H_kv, Tk, Dh).
+    """The attention of every head, given projected q (B, H, Tq, Dh), k and v (B, H, Tk, Dh).
 
     PyTorch's fused kernel when the weights are not asked for (with zeros, not NaN, for a query that may
-    attend to no key), else the explicit softmax. ``score_bias`` (broadcastable to (B, H, Tq, Tk)) is added
-    to the scaled scores; for the fused kernel it becomes a float ``attn_mask`` with -inf where ``mask`` is
-    False. Returns (heads (B, H, Tq, Dh), weights or None).
+    attend to no key), else the explicit softmax; ``fused_causal`` is PyTorch's top-left ``is_causal``.
+    ``score_bias`` (broadcastable to (B, H, Tq, Tk)) is added to the scaled scores; for the fused kernel it
+    becomes a float ``attn_mask`` with -inf where ``mask`` is False. Masked positions are inert on both
+    paths. Returns (heads (B, H, Tq, Dh), weights or None).
     """
+    q, k, v, poisoned = _inert(q, k, v, mask, 0 if fused_causal else None)
     if return_weights:
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+        heads, weights = _explicit(q, k, v, mask, 1.0 / math.sqrt(q.shape[-1]), p,
+                                   score_bias)  # (B, H, Tq, Dh), (B, H, Tq, Tk)
+    else:
+        attn_mask = mask
         if score_bias is not None:
-            scores = scores + score_bias.to(scores.dtype)
-        weights = masked_softmax(scores, mask)  # (B, H, Tq, Tk)
-        return F.dropout(weights, p) @ v, weights  # (B, H, Tq, Dh)
-    attn_mask = mask
-    if score_bias is not None:
-        attn_mask = score_bias.to(q.dtype)  # (.., Tq, Tk) float: added to the scores by the kernel
-        if mask is not None:  # rows with no allowed key stay finite here and are zeroed below
-            allowed = mask | ~mask.any(dim=-1, keepdim=True)
-            attn_mask = torch.where(allowed, attn_mask, float("-inf"))  # broadcast to both shapes
-    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=fused_causal)
-    if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
-        heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return heads, None  # (B, H, Tq, Dh)
+            attn_mask = score_bias.to(q.dtype)  # (.., Tq, Tk) float: added to the scores by the kernel
+            if mask is not None:  # rows with no allowed key stay finite here and are zeroed below
+                allowed = mask | ~mask.any(dim=-1, keepdim=True)
+                attn_mask = torch.where(allowed, attn_mask, float("-inf"))  # broadcast to both shapes
+        heads, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p,
+                                                        is_causal=fused_causal), None
+        if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
+            heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return _poison(poisoned, heads, weights)  # (B, H, Tq, Dh)
+
+
+def _check_attention_inputs(module, query, key, value, mask, score_bias=None, past: int = 0):
+    """Check the inputs of an attention layer (widths, lengths, batch, dtype, the mask, the score bias); return
+    the mask and the bias ready to broadcast against (B, H, Tq, Tk). ``past`` keys come from a cache before
+    ``key``. (Blocks check their own arguments with the same functions first, under their own names.)
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        _checks.sequence(name, x, module.d_model, module=module)
+    if key is not value:
+        _checks.same_size("batch size and length (B, Tk)", slice(0, 2), ("key", key), ("value", value))
+    if key is not query:
+        _checks.same_size("batch size B", slice(0, 1), ("query", query), ("key", key))
+    target = (query.shape[0], module.n_heads, query.shape[1], past + key.shape[1])
+    if mask is not None:
+        mask = _checks.attention_mask("mask", mask, target, device=query.device)
+    return mask, _head_bias(score_bias, target)
+
+
+def _head_bias(score_bias, target, name: str = "score_bias"):
+    """A score bias of rank 2, 3 or 4 checked against (B, H, Tq, Tk); rank 3 gets a head dimension."""
+    if score_bias is None:
+        return None
+    _checks.tensor(name, score_bias, floating=True)
+    if score_bias.dim() not in (2, 3, 4):
+        raise ValueError(f"{name} must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
+                         f"got shape {_checks.shape_str(score_bias.shape)}")
+    if score_bias.dim() == 3:
+        score_bias = score_bias.unsqueeze(1)  # (B, 1, Tq, Tk): the same bias for every head
+    return check_score_bias(score_bias, target, "(B, H, Tq, Tk)")
 
 
 class MultiHeadAttention(nn.Module):
@@ -392,31 +527,15 @@ class MultiHeadAttention(nn.Module):
             out.extend(F.linear(inputs[group[0]], weight, bias).chunk(len(group), dim=-1))
         return out
 
-    def _check(self, query, key, value, mask, score_bias=None):
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            _checks.tensor(name, x, ndim=3, floating=True)
-            if x.shape[-1] != self.d_model:
-                raise ValueError(f"{name} must have width d_model={self.d_model}, got shape {_checks.shape_str(x.shape)}")
-            if x.shape[1] == 0:
-                raise ValueError(f"{name} is an empty sequence: shape {_checks.shape_str(x.shape)}")
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key and value must have the same batch size and length (B, Tk), got key "
-                             f"{_checks.shape_str(key.shape)} and value {_checks.shape_str(value.shape)}")
-        if query.shape[0] != key.shape[0]:
-            raise ValueError(f"query and key must have the same batch size B, got query "
-                             f"{_checks.shape_str(query.shape)} and key {_checks.shape_str(key.shape)}")
-        target = (query.shape[0], self.n_heads, query.shape[1], key.shape[1])
-        return _head_mask(mask, target), _head_bias(score_bias, target)
-
     def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
                 return_weights: bool = False, score_bias=None):
         key = query if key is None else key
         value = key if value is None else value
-        mask, score_bias = self._check(query, key, value, mask, score_bias)
+        mask, score_bias = _check_attention_inputs(self, query, key, value, mask, score_bias)
         B, T_q, D = query.shape
         T_k = key.shape[1]
-        # A causal mask alone goes to the fused kernel as is_causal=True (the same top-left aligned
-        # triangle as causal_mask(Tq, Tk)); combined with another mask or a bias, or for the weights, it is built.
+        # A causal mask alone goes to the fused kernel as is_causal=True (the same top-left aligned triangle
+        # as causal_mask(Tq, Tk)); combined with another mask or a bias, or for the weights, it is built.
         fused_causal = is_causal and mask is None and score_bias is None and not return_weights
         if is_causal and not fused_causal:
             causal = causal_mask(T_q, T_k, device=query.device)  # (Tq, Tk)
@@ -429,33 +548,6 @@ class MultiHeadAttention(nn.Module):
                                 return_weights, score_bias)  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out
-
-
-def _head_mask(mask, target):
-    """A boolean mask of rank 2, 3 or 4 checked against (B, H, Tq, Tk); rank 3 gets a head dimension."""
-    if mask is None:
-        return None
-    _checks.tensor("mask", mask, dtype=torch.bool)
-    if mask.dim() not in (2, 3, 4):
-        raise ValueError(f"mask must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
-                         f"got shape {_checks.shape_str(mask.shape)}")
-    if mask.dim() == 3:
-        mask = mask.unsqueeze(1)  # (B, 1, Tq, Tk): the same mask for every head
-    _checks.broadcastable("mask", mask, target, "(B, H, Tq, Tk)")
-    return mask
-
-
-def _head_bias(score_bias, target):
-    """A score bias of rank 2, 3 or 4 checked against (B, H, Tq, Tk); rank 3 gets a head dimension."""
-    if score_bias is None:
-        return None
-    _checks.tensor("score_bias", score_bias, floating=True)
-    if score_bias.dim() not in (2, 3, 4):
-        raise ValueError(f"score_bias must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
-                         f"got shape {_checks.shape_str(score_bias.shape)}")
-    if score_bias.dim() == 3:
-        score_bias = score_bias.unsqueeze(1)  # (B, 1, Tq, Tk): the same bias for every head
-    return check_score_bias(score_bias, target, "(B, H, Tq, Tk)")
 
 
 class KVCache:
@@ -499,15 +591,17 @@ class GroupedQueryAttention(nn.Module):
     with ``n_kv_heads == 1`` it is multi-query attention. ``W_k`` and ``W_v`` map D to H_kv * Dh, so
     the keys and values, and the KV cache, shrink by the factor H / H_kv. ``rope=True`` rotates queries
     and keys with :func:`attnbook.positional.apply_rope` (self-attention only). With a :class:`KVCache`
-    the queries are the new positions, the keys and values those of the cache plus the new ones.
-    ``score_bias`` is added to the scaled scores, as in :class:`MultiHeadAttention`.
-    ``qk_norm=True`` applies a LayerNorm over each head's width to the queries and the keys before their
-    dot products (QK normalisation, Dehghani et al. 2023): the attention logits then stay bounded by the
-    norms' learned gains instead of growing with the weights.
+    the queries are the new positions, the keys and values those of the cache plus the new ones, and
+    ``is_causal`` lets query i attend keys j <= i + T_past (without a cache: the top-left triangle of
+    :func:`causal_mask`, as in :class:`MultiHeadAttention`). ``score_bias`` is added to the scaled scores, as
+    in :class:`MultiHeadAttention`. ``qk_norm=True`` applies a LayerNorm over each head's width to the
+    queries and the keys before their dot products (QK normalisation, Dehghani et al. 2023): the attention
+    logits then no longer grow with the size of W_q and W_k, only with the norms' learned gains.
 
     Shapes:
         query: (B, Tq, D); key, value: (B, Tk, D), default to query
-        mask:  boolean, True = may attend, broadcastable to (B, H, Tq, Tk)
+        mask:  boolean, True = may attend; (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk); with a cache, Tk counts the
+               cached positions too
         score_bias: floating point, broadcastable to (B, H, Tq, Tk) (rank 3 applies to every head)
         return: (B, Tq, D), and weights (B, H, Tq, Tk) when ``return_weights=True``
 
@@ -546,15 +640,12 @@ class GroupedQueryAttention(nn.Module):
                 return_weights: bool = False, cache: KVCache | None = None, score_bias=None):
         key = query if key is None else key
         value = key if value is None else value
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            _checks.tensor(name, x, ndim=3, floating=True)
-            if x.shape[-1] != self.d_model:
-                raise ValueError(f"{name} must have width d_model={self.d_model}, got shape {_checks.shape_str(x.shape)}")
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be an attnbook.attention.KVCache, got {type(cache).__name__}")
+        past = 0 if cache is None else cache.length
+        mask, score_bias = _check_attention_inputs(self, query, key, value, mask, score_bias, past)
         B, T_q, D = query.shape
         T_new = key.shape[1]
-        past = 0 if cache is None else cache.length
         q = self.W_q(query).view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)
         k = self.W_k(key).view(B, T_new, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, Tk, Dh)
         v = self.W_v(value).view(B, T_new, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, Tk, Dh)
@@ -572,11 +663,11 @@ class GroupedQueryAttention(nn.Module):
         group = self.n_heads // self.n_kv_heads
         k = k.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh): each key/value head serves `group` query heads
         v = v.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
-        mask = _head_mask(mask, (B, self.n_heads, T_q, T_k))
-        score_bias = _head_bias(score_bias, (B, self.n_heads, T_q, T_k))
-        fused_causal = is_causal and mask is None and score_bias is None and T_q == T_k and not return_weights
-        if is_causal and not fused_causal:  # with a cache the queries are the last Tq of Tk positions
-            causal = causal_mask(T_q, T_k, offset=T_k - T_q, device=query.device)  # (Tq, Tk)
+        # Causal masks are top-left aligned, as in MultiHeadAttention; with a cache the queries are the
+        # positions after the T_past cached ones, so query i may attend keys j <= i + T_past.
+        fused_causal = is_causal and mask is None and score_bias is None and past == 0 and not return_weights
+        if is_causal and not fused_causal:
+            causal = causal_mask(T_q, T_k, offset=past, device=query.device)  # (Tq, Tk)
             mask = causal if mask is None else mask & causal
         heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
                                 return_weights, score_bias)  # (B, H, Tq, Dh)

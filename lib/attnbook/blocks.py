@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _checks
-from .attention import GroupedQueryAttention, KVCache, MultiHeadAttention
+from .attention import GroupedQueryAttention, KVCache, MultiHeadAttention, _work_dtype
 
 __all__ = [
     "NORMS",
@@ -49,7 +49,12 @@ NORMS: dict[str, Callable[..., nn.Module]] = {
     "layernorm": lambda d_model, *, eps, bias: nn.LayerNorm(d_model, eps=eps, bias=bias),
 }
 
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    # GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): a close approximation of the exact one
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 def _choice(name: str, value, options) -> str:
@@ -73,14 +78,15 @@ def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) 
 
     Chapter: the transformer block (LayerNorm); modern tweaks (RMSNorm).
     """
-    _choice("norm", kind, tuple(NORMS))
+    _choice("kind", kind, tuple(NORMS))
     return NORMS[kind](_checks.positive_int("d_model", d_model), eps=_checks.positive_float("eps", eps), bias=bias)
 
 
 class FeedForward(nn.Module):
     r"""The position-wise feed-forward network FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied to each position.
 
-    ``activation`` is ``"relu"`` (the 2017 paper) or ``"gelu"`` (GPT-2). The dropout after the activation
+    ``activation`` is ``"relu"`` (the 2017 paper), ``"gelu"`` or ``"gelu_tanh"`` (GPT-2's tanh approximation
+    of the GELU, chapter 13). The dropout after the activation
     is the one of ``torch.nn.TransformerEncoderLayer``.
 
     Shapes:
@@ -101,6 +107,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(_dropout(dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _checks.features("x", x, self.W_1.in_features, module=self)
         h = _ACTIVATIONS[self.activation](self.W_1(x))  # (..., F)
         return self.W_2(self.dropout(h))  # (..., D)
 
@@ -139,7 +146,7 @@ class ConvFeedForward(nn.Module):
         return conv
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _checks.tensor("x", x, ndim=3, floating=True)
+        _checks.sequence("x", x, self.conv_1.in_channels, module=self)
         h = x.transpose(1, 2)  # (B, D, T): Conv1d wants channels first
         h = _ACTIVATIONS[self.activation](self.conv_1(h))  # (B, F, T)
         return self.conv_2(h).transpose(1, 2)  # (B, T, D)
@@ -151,6 +158,8 @@ MLPS: dict[str, Callable[..., nn.Module]] = {
                                                                 dropout=dropout, bias=bias),
     "gelu": lambda d_model, d_ff, *, dropout, bias: FeedForward(d_model, d_ff, activation="gelu",
                                                                 dropout=dropout, bias=bias),
+    "gelu_tanh": lambda d_model, d_ff, *, dropout, bias: FeedForward(d_model, d_ff, activation="gelu_tanh",
+                                                                     dropout=dropout, bias=bias),
 }
 
 
@@ -159,7 +168,7 @@ def make_mlp(kind: str, d_model: int, d_ff: int, *, dropout: float = 0.0, bias: 
 
     Chapter: the transformer block (ReLU, GELU); modern tweaks (SwiGLU, mixture of experts).
     """
-    _choice("mlp", kind, tuple(MLPS))
+    _choice("kind", kind, tuple(MLPS))
     return MLPS[kind](d_model, d_ff, dropout=_dropout(dropout), bias=bias)
 
 
@@ -173,6 +182,8 @@ class _Block(nn.Module):
         _checks.positive_int("n_heads", n_heads)
         d_ff = 4 * d_model if d_ff is None else _checks.positive_int("d_ff", d_ff)
         self.norm_position = _choice("norm_position", norm_position, NORM_POSITIONS)
+        _choice("norm", norm, tuple(NORMS))
+        _choice("mlp", mlp, tuple(MLPS))
         dropout = _dropout(dropout)
         self.d_model, self.n_heads, self.d_ff = d_model, n_heads, d_ff
         if n_kv_heads is None and not rope and not qk_norm:
@@ -190,10 +201,10 @@ class _Block(nn.Module):
             return self.norms[i](x + self.dropout(fn(x)))  # (B, T, D)
         return x + self.dropout(fn(self.norms[i](x)))  # (B, T, D)
 
-    def _check_x(self, name, x):
-        _checks.tensor(name, x, ndim=3, floating=True)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"{name} must have shape (B, T, d_model={self.d_model}), got {_checks.shape_str(x.shape)}")
+    def _check_mask(self, name, mask, t_q, t_k, x):
+        """A boolean mask (True = may attend) against the scores (B, H, t_q, t_k), under the caller's name."""
+        if mask is not None:
+            _checks.attention_mask(name, mask, (x.shape[0], self.n_heads, t_q, t_k), device=x.device)
 
 
 class EncoderBlock(_Block):
@@ -236,14 +247,17 @@ class EncoderBlock(_Block):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
                 return_weights: bool = False, cache: KVCache | None = None, score_bias: torch.Tensor | None = None):
-        self._check_x("x", x)
+        _checks.sequence("x", x, self.d_model, module=self)
         weights = []
         extra = {} if score_bias is None else {"score_bias": score_bias}
         if cache is not None:  # generation with a KV cache (modern tweaks)
             if not isinstance(self.self_attn, GroupedQueryAttention):
                 raise TypeError("cache needs a block built with n_kv_heads or rope (GroupedQueryAttention); "
                                 "n_kv_heads=n_heads gives multi-head attention that supports a KV cache")
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be an attnbook.attention.KVCache, got {type(cache).__name__}")
             extra["cache"] = cache
+        self._check_mask("mask", mask, x.shape[1], x.shape[1] + (0 if cache is None else cache.length), x)
 
         def attend(h):
             out = self.self_attn(h, mask=mask, is_causal=is_causal, return_weights=return_weights, **extra)
@@ -295,11 +309,11 @@ class DecoderBlock(_Block):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, is_causal: bool = True, return_weights: bool = False):
-        self._check_x("x", x)
-        self._check_x("memory", memory)
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(f"x and memory must have the same batch size B, got x {_checks.shape_str(x.shape)} "
-                             f"and memory {_checks.shape_str(memory.shape)}")
+        _checks.sequence("x", x, self.d_model, module=self)
+        _checks.sequence("memory", memory, self.d_model, module=self)
+        _checks.same_size("batch size B", slice(0, 1), ("x", x), ("memory", memory))
+        self._check_mask("mask", mask, x.shape[1], x.shape[1], x)
+        self._check_mask("memory_mask", memory_mask, x.shape[1], memory.shape[1], x)
         weights = []
 
         def keep(out):
@@ -340,6 +354,7 @@ def _from_torch(cls, layer: nn.Module, torch_cls: type, attentions: list[tuple[s
                 dropout=float(layer.dropout.p), mlp=_torch_activation(layer),
                 norm_position="pre" if layer.norm_first else "post",
                 bias=layer.linear1.bias is not None, eps=layer.norm1.eps)
+    block.to(layer.linear1.weight)  # the layer's dtype and device, so that nothing is rounded
     _copy_torch(block, layer, attentions)
     return block
 
@@ -383,12 +398,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _checks.tensor("x", x, min_ndim=1, floating=True)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have width d_model={self.d_model} in its last dimension, "
-                             f"got shape {_checks.shape_str(x.shape)}")
-        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
-        return x / rms * self.weight  # (..., D)
+        _checks.features("x", x, self.d_model, module=self)
+        h = x.to(_work_dtype(x.dtype))  # half precision: the square would overflow, so compute in float32
+        inv_rms = torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return (h * inv_rms * self.weight).to(x.dtype)  # (..., D)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps:g}"
@@ -417,6 +430,7 @@ class SwiGLU(nn.Module):
         self.dropout = nn.Dropout(_dropout(dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _checks.features("x", x, self.W_1.in_features, module=self)
         h = F.silu(self.W_1(x)) * self.W_2(x)  # (..., F)
         return self.W_3(self.dropout(h))  # (..., D)
 
@@ -460,7 +474,7 @@ class MixtureOfExperts(nn.Module):
         self.last_counts: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _checks.tensor("x", x, min_ndim=1, floating=True)
+        _checks.features("x", x, self.router.in_features, module=self)
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # (N, D), N = all positions
         probs = torch.softmax(self.router(tokens), dim=-1)  # (N, E)
@@ -493,6 +507,8 @@ def register_moe(n_experts: int, top_k: int, *, expert: str = "relu") -> str:
 
 def moe_aux_loss(model: nn.Module) -> torch.Tensor:
     """The sum of the load-balancing losses of every :class:`MixtureOfExperts` in ``model`` (0 if none ran)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     losses = [m.last_aux_loss for m in model.modules() if isinstance(m, MixtureOfExperts)
               and m.last_aux_loss is not None]
     return torch.stack(losses).sum() if losses else torch.zeros(())
@@ -554,8 +570,8 @@ class EncoderStack(nn.Module):
 def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
     """The mean of the token vectors of each sequence, over the tokens where ``keep`` is True (all if None).
 
-    A permutation-invariant summary of a set of tokens: padding does not count, and a sequence with no
-    kept token gives zeros (not NaN).
+    A permutation-invariant summary of a set of tokens: padding does not count (not even a NaN in it), and
+    a sequence with no kept token gives zeros (not NaN).
 
     Shapes:
         x:      (B, T, D)
@@ -572,4 +588,5 @@ def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tens
         raise ValueError(f"keep must have shape (B, T) = {_checks.shape_str(x.shape[:2])}, "
                          f"got {_checks.shape_str(keep.shape)}")
     w = keep.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
-    return (x * w).sum(dim=1) / w.sum(dim=1).clamp(min=1.0)  # (B, D)
+    kept = torch.where(keep.unsqueeze(-1), x, 0.0)  # (B, T, D): a NaN in a token not kept reaches nothing
+    return kept.sum(dim=1) / w.sum(dim=1).clamp(min=1.0)  # (B, D)

@@ -2,9 +2,13 @@
 
 ``fetch(name)`` looks in this order:
 
-1. the folder named by the environment variable ``ATTNBOOK_DATA`` (an offline copy);
-2. the cache folder (``ATTNBOOK_CACHE``, default ``~/.cache/attnbook``), from an earlier download;
-3. a download from the dataset's public source, checked against its sha256, then cached.
+1. the folder named by the environment variable ``ATTNBOOK_DATA``, when it is set (an optional override);
+2. the copy that ships inside the package (``attnbook/data_files/``, with its sources and licences);
+3. the cache folder (``ATTNBOOK_CACHE``, default ``~/.cache/attnbook``), from an earlier download;
+4. a download from the dataset's public source, checked against its sha256, then cached: only a fallback
+   for an installation that lacks the packaged copy.
+
+Every file is checked against its sha256 before it is returned.
 
 Chapter: every chapter that trains on real text (03, 12).
 """
@@ -16,16 +20,17 @@ import os
 import shutil
 import tempfile
 import urllib.request
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["DATASETS", "Dataset", "DataNotAvailableError", "fetch", "cache_dir", "sha256_of"]
+__all__ = ["DATASETS", "Dataset", "DataNotAvailableError", "fetch", "cache_dir", "packaged_dir", "sha256_of"]
 
 
 class DataNotAvailableError(FileNotFoundError):
-    """A dataset is neither in ``ATTNBOOK_DATA`` nor in the cache, and could not be downloaded."""
+    """A dataset is neither in ``ATTNBOOK_DATA``, the package nor the cache, and could not be downloaded."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Dataset:
     """A named data file: where it lives relative to a data folder, where to download it, its checksum."""
 
     name: str
-    path: str  # relative to ATTNBOOK_DATA or the cache folder
+    path: str  # relative to ATTNBOOK_DATA, the packaged data folder or the cache folder
     url: str
     sha256: str
     size: int
@@ -76,6 +81,11 @@ DATASETS: dict[str, Dataset] = {
 }
 
 
+def packaged_dir() -> Path:
+    """The folder of the data files that ship inside the package (see its README.md for sources and licences)."""
+    return Path(__file__).resolve().with_name("data_files")
+
+
 def cache_dir() -> Path:
     """The folder where downloads are kept: ``ATTNBOOK_CACHE`` or ``~/.cache/attnbook``."""
     return Path(os.environ.get("ATTNBOOK_CACHE") or Path.home() / ".cache" / "attnbook")
@@ -112,6 +122,14 @@ def fetch(name: str, *, download: bool = True, timeout: float = 30.0) -> Path:
                                  "the file is not the one the book uses")
             return candidate
 
+    packaged = packaged_dir() / spec.path
+    if packaged.is_file():
+        digest = sha256_of(packaged)
+        if digest == spec.sha256:
+            return packaged
+        warnings.warn(f"the packaged copy {packaged} has sha256 {digest}, expected {spec.sha256}; it is not used "
+                      "(reinstall attnbook to repair it)", RuntimeWarning, stacklevel=2)
+
     cached = cache_dir() / spec.path
     if cached.is_file() and sha256_of(cached) == spec.sha256:
         return cached
@@ -121,7 +139,8 @@ def fetch(name: str, *, download: bool = True, timeout: float = 30.0) -> Path:
               + (" and keep its described part" if spec.extract else "")
               + f" as {cached}.")
     if not download:
-        raise DataNotAvailableError(f"dataset {name!r} ({spec.path}) is not available offline. {how_to}")
+        raise DataNotAvailableError(f"dataset {name!r} ({spec.path}) is not available offline: it is neither in "
+                                    f"the package's data folder ({packaged_dir()}) nor in the cache. {how_to}")
     try:
         payload = _download(spec.url, timeout)
     except OSError as error:  # URLError, timeouts, refused connections

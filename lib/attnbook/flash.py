@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _checks
-from .attention import causal_mask, check_qkv
+from .attention import _inert, _poison, _work_dtype, causal_mask, check_qkv
 
 __all__ = [
     "online_softmax_update",
@@ -60,6 +60,16 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> 
 
     Chapter: the cost of attention and flash attention (the online softmax).
     """
+    _checks.tensor("x", x, min_ndim=1, floating=True)
+    if x.shape[-1] == 0:
+        raise ValueError(f"x must hold at least one score per row (n >= 1), got shape {_checks.shape_str(x.shape)}")
+    for name, stat in (("m", m), ("l", l)):
+        _checks.tensor(name, stat, floating=True)
+        if stat.dtype != x.dtype:
+            raise TypeError(f"{name} and x must have the same dtype, got {name} {stat.dtype} and x {x.dtype}")
+        if stat.shape != x.shape[:-1]:
+            raise ValueError(f"{name} must have one number per row of x, shape {_checks.shape_str(x.shape[:-1])}, "
+                             f"got {_checks.shape_str(stat.shape)}")
     m_new = torch.maximum(m, x.amax(dim=-1))  # (...,)
     m_safe = torch.where(m_new == _NEG_INF, 0.0, m_new)  # (...,) a row with nothing yet: subtract 0, not -inf
     l_new = l * torch.exp(m - m_safe) + torch.exp(x - m_safe.unsqueeze(-1)).sum(dim=-1)  # (...,)
@@ -95,25 +105,14 @@ def _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k):
     block_k = _checks.positive_int("block_k", block_k)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
-    t_q, t_k = q.shape[-2], k.shape[-2]
     if offset is not None:
         if not causal:
             raise ValueError("offset only applies to causal attention: pass causal=True, or drop the offset")
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise TypeError(f"offset must be an integer, got {offset!r}")
-    elif causal and t_q != t_k:
-        raise ValueError(
-            f"causal=True with Tq={t_q} queries and Tk={t_k} keys needs an offset: query i may attend to "
-            f"key j when j <= i + offset. Use offset={t_k - t_q} if the queries are the last {t_q} positions "
-            f"of the keys' sequence (as when decoding with a cache)")
-    offset = 0 if offset is None else offset
+    offset = 0 if offset is None else offset  # top-left aligned, as attention.causal_mask and is_causal=True
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _checks.positive_float("scale", scale)
     return offset, scale, block_q, block_k
-
-
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half-precision inputs are computed with float32 statistics and accumulators, as fused kernels do."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, block_q=256, block_k=256):
@@ -133,6 +132,7 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
     Chapter: the cost of attention and flash attention (tiled attention).
     """
     offset, scale, block_q, block_k = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
+    q, k, v, poisoned = _inert(q, k, v, offset=offset if causal else None)  # masked positions are inert
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
     work = _work_dtype(q.dtype)
@@ -165,17 +165,20 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
         out[:, i0:i1] = acc / torch.where(seen, l, 1.0).unsqueeze(-1)  # (B, bq, Dv)
         lse[:, i0:i1] = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), _NEG_INF)  # (B, bq)
     out = out.reshape(*batch, t_q, d_v).to(q.dtype)  # (..., Tq, Dv)
-    return out, lse.reshape(*batch, t_q)  # (..., Tq, Dv), (..., Tq)
+    lse = lse.reshape(*batch, t_q)  # (..., Tq)
+    if poisoned is not None:  # a non-finite input that a query may attend: NaN, as without tiles
+        out, lse = _poison(poisoned, out)[0], lse.masked_fill(poisoned[0], float("nan"))
+    return out, lse  # (..., Tq, Dv), (..., Tq)
 
 
 def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offset=None, scale=None,
                              block_q=256, block_k=256):
     r"""The backward pass of tiled attention (FlashAttention-2): gradients for q, k and v.
 
-    With D_i = sum_c dO_ic O_ic, each block of weights is recomputed from the saved log-sum-exp,
-    P = exp(S - L), and then
+    With Delta_i = sum_c dO_ic O_ic (D_i in the FlashAttention papers), each block of weights is recomputed
+    from the saved log-sum-exp, P = exp(S - L), and then
 
-        dV_j += P^T dO_i,   dP = dO_i V_j^T,   dS = P * (dP - D_i),
+        dV_j += P^T dO_i,   dP = dO_i V_j^T,   dS = P * (dP - Delta_i),
         dQ_i += scale * dS K_j,   dK_j += scale * dS^T Q_i.
 
     The outer loop runs over key blocks (each dK_j, dV_j is finished in one go), the inner over query
@@ -190,6 +193,12 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offse
     offset, scale, block_q, block_k = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
+    for name, x, shape in (("grad_out", grad_out, (*batch, t_q, d_v)), ("out", out, (*batch, t_q, d_v)),
+                           ("lse", lse, (*batch, t_q))):
+        _checks.tensor(name, x, floating=True)
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} must have shape {_checks.shape_str(shape)} (from q and v), "
+                             f"got {_checks.shape_str(x.shape)}")
     work = _work_dtype(q.dtype)
     q3 = q.reshape(-1, t_q, d_k).to(work)  # (B, Tq, Dk)
     k3 = k.reshape(-1, t_k, d_k).to(work)  # (B, Tk, Dk)
@@ -198,7 +207,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offse
     o3 = out.reshape(-1, t_q, d_v).to(work)  # (B, Tq, Dv)
     lse3 = lse.reshape(-1, t_q).to(work)  # (B, Tq)
     lse3 = torch.where(lse3 == _NEG_INF, float("inf"), lse3)  # rows with no allowed key: P = exp(S - inf) = 0
-    delta = (do3 * o3).sum(dim=-1)  # (B, Tq)  D_i = rowsum(dO * O)
+    delta = (do3 * o3).sum(dim=-1)  # (B, Tq)  Delta_i = rowsum(dO * O)
     dq = torch.zeros_like(q3)  # (B, Tq, Dk)
     dk = torch.zeros_like(k3)  # (B, Tk, Dk)
     dv = torch.zeros_like(v3)  # (B, Tk, Dv)
@@ -257,12 +266,13 @@ def flash_attention(q, k, v, *, causal: bool = False, offset: int | None = None,
 
     Equal to ``attention.scaled_dot_product_attention(q, k, v, mask)`` (with ``mask =
     attention.causal_mask(Tq, Tk, offset=offset)`` when ``causal``), with extra memory that grows like
-    Tq * Dv + block_q * block_k instead of Tq * Tk, and differentiable (FlashAttention-2 backward).
+    Tq * Dv + block_q * block_k instead of Tq * Tk, and differentiable (FlashAttention-2 backward). The
+    keys a causal mask hides are inert, as in every attention of the library (see ``attention``).
 
     Args:
         causal: query i may attend to key j only when j <= i + offset.
-        offset: needed with ``causal`` when Tq != Tk; ``Tk - Tq`` when the queries are the last Tq
-            positions of the keys' sequence. Defaults to 0 when Tq == Tk.
+        offset: 0 by default (top-left aligned, as ``is_causal=True`` of PyTorch); ``Tk - Tq`` when the
+            queries are the last Tq positions of the keys' sequence (as when decoding with a cache).
         scale: multiplies the scores; 1 / sqrt(Dk) by default.
         block_q, block_k: the number of queries and keys per tile (any sizes >= 1; the last tile may be
             smaller). GPU kernels use 64 to 128 so that a tile fits in on-chip memory; on a CPU, where
@@ -274,8 +284,10 @@ def flash_attention(q, k, v, *, causal: bool = False, offset: int | None = None,
 
     Chapter: the cost of attention and flash attention.
     """
-    _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)  # fail early, with a clear message
-    return FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)
+    offset0, *_ = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)  # fail early, clearly
+    q, k, v, poisoned = _inert(q, k, v, offset=offset0 if causal else None)  # masked positions are inert
+    out = FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)  # (..., Tq, Dv)
+    return _poison(poisoned, out)[0]
 
 
 # --- the IO model -------------------------------------------------------------------------------------

@@ -261,6 +261,14 @@ def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False, no
                if (p.requires_grad or not trainable_only) and id(p) not in skip)
 
 
+def _numbers(name: str, values) -> list[float]:
+    """A sequence of real numbers (a list, a tuple, an array or a 1-D tensor) as a list of floats."""
+    try:
+        return [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of numbers, got {values!r}") from None
+
+
 def fit_power_law(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     """Fit y = c * x**k by least squares on log-log axes; return (k, c). k is the slope of the log-log plot.
 
@@ -269,8 +277,7 @@ def fit_power_law(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]
 
     Chapter: the cost of attention and flash attention.
     """
-    xs = [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
-    ys = [float(v) for v in (y.tolist() if hasattr(y, "tolist") else y)]
+    xs, ys = _numbers("x", x), _numbers("y", y)
     if len(xs) != len(ys):
         raise ValueError(f"x and y must have the same length, got {len(xs)} and {len(ys)}")
     if len(xs) < 2 or len(set(xs)) < 2:

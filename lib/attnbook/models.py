@@ -35,6 +35,8 @@ __all__ = [
     "lm_loss",
     "lm_loss_sum",
     "evaluate_lm",
+    "gpt2_config",
+    "gpt2_from_hf",
 ]
 
 
@@ -213,6 +215,13 @@ def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor
     return ids
 
 
+def _check_mask(config: TransformerConfig, name: str, mask, ids: torch.Tensor, t_k: int) -> None:
+    """A boolean attention mask (True = may attend) for queries ``ids`` (B, T) and ``t_k`` keys, under the
+    caller's name."""
+    if mask is not None:
+        _checks.attention_mask(name, mask, (ids.shape[0], config.n_heads, ids.shape[1], t_k), device=ids.device)
+
+
 class _Embed(nn.Module):
     """Token embedding plus positional encoding, then dropout."""
 
@@ -261,6 +270,7 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         _check_ids("src", src, self.vocab_size, self.config.block_size)
+        _check_mask(self.config, "src_mask", src_mask, src, src.shape[1])
         x = self.embed(src)  # (B, S, D)
         for block in self.blocks:
             x = block(x, src_mask)  # (B, S, D)
@@ -289,6 +299,9 @@ class Decoder(nn.Module):
     def forward(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 *, return_weights: bool = False):
         _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+        _checks.sequence("memory", memory, self.config.d_model, module=self)
+        _checks.same_size("batch size B", slice(0, 1), ("tgt", tgt), ("memory", memory))
+        _check_mask(self.config, "memory_mask", memory_mask, tgt, memory.shape[1])
         x = self.embed(tgt)  # (B, T, D)
         cross = []
         for block in self.blocks:
@@ -321,6 +334,10 @@ class EncoderDecoder(nn.Module):
         INITS[config.init](self, config.n_layers)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        _check_ids("src", src, self.encoder.vocab_size, self.config.block_size)
+        _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+        _checks.same_size("batch size B", slice(0, 1), ("src", src), ("tgt", tgt))
+        _check_mask(self.config, "src_mask", src_mask, tgt, src.shape[1])  # the decoder's cross-attention
         return self.decoder(tgt, self.encoder(src, src_mask), src_mask)  # (B, T, V)
 
     @torch.no_grad()
@@ -410,6 +427,18 @@ class GPT(nn.Module):
         """Mean cross-entropy of predicting ``targets`` (B, T) (the inputs shifted by one) from ``idx`` (B, T)."""
         return lm_loss(self(idx), targets)
 
+    @classmethod
+    def from_hf(cls, source, *, n_heads: int | None = None, eps: float = 1e-5) -> "GPT":
+        """A GPT holding the weights of a Hugging Face GPT-2 (see :func:`gpt2_from_hf`).
+
+        ``source`` is a ``transformers.GPT2LMHeadModel`` (or ``GPT2Model``), its state dict (then give
+        ``n_heads``, which the shapes do not tell, and ``eps`` if not 1e-5), or a checkpoint name such as
+        ``"gpt2"`` (downloaded by ``transformers``, so it needs the network the first time).
+
+        Chapter: from text to tokens, and pretraining (from the book's GPT to GPT-2).
+        """
+        return gpt2_from_hf(source, n_heads=n_heads, eps=eps, cls=cls)
+
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int | None = None, generator: torch.Generator | None = None,
@@ -460,6 +489,15 @@ class GPT(nn.Module):
         return idx
 
 
+def _check_targets(name: str, targets: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Token ids to predict: integers in [0, vocab_size) (or ``ignore_index``)."""
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {targets.dtype}")
+    kept = targets if ignore_index is None else targets[targets != ignore_index]
+    if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= vocab_size):
+        raise ValueError(f"{name} has token ids outside [0, {vocab_size}): min {int(kept.min())}, max {int(kept.max())}")
+
+
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
     """Mean cross-entropy over every position: logits (B, T, V), targets (B, T) -> scalar (nats per token)."""
     _checks.tensor("logits", logits, ndim=3, floating=True)
@@ -467,6 +505,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = 
     if logits.shape[:2] != targets.shape:
         raise ValueError(f"logits (B, T, V) and targets (B, T) disagree: {_checks.shape_str(logits.shape)} "
                          f"and {_checks.shape_str(targets.shape)}")
+    _check_targets("targets", targets, logits.shape[-1], ignore_index)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
 
 
@@ -482,7 +521,10 @@ def lm_loss_sum(model: nn.Module, ids: torch.Tensor, *, block_size: int | None =
     Shapes:
         ids: (N,) token ids
     """
+    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "config", None), TransformerConfig):
+        raise TypeError(f"model must be a language model of attnbook.models (e.g. GPT), got {type(model).__name__}")
     _checks.tensor("ids", ids, ndim=1)
+    _check_targets("ids", ids, model.config.vocab_size)
     block_size = model.config.block_size if block_size is None else _checks.positive_int("block_size", block_size)
     _checks.positive_int("batch_size", batch_size)
     rank, world_size = shard
@@ -519,3 +561,103 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, *, block_size: int | None =
     """
     total, count = lm_loss_sum(model, ids, block_size=block_size, batch_size=batch_size)
     return total / count
+
+
+# --- Hugging Face GPT-2 weights in the book's GPT ------------------------------------------------------
+# Chapter: from text to tokens, and pretraining (13).
+
+_GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
+def gpt2_config(hf_config) -> TransformerConfig:
+    """The :class:`TransformerConfig` of a Hugging Face ``GPT2Config``.
+
+    GPT-2 is the library's GPT with: pre-norm LayerNorm (epsilon ``layer_norm_epsilon``), biases in every
+    linear layer but the output one, the tanh approximation of GELU, learned positions, and an output layer
+    tied to the token embedding. Options of GPT2Config that change the computation in other ways are refused.
+    """
+    if getattr(hf_config, "model_type", None) != "gpt2":
+        raise ValueError(f"hf_config must be a GPT2Config, got model_type {getattr(hf_config, 'model_type', None)!r}")
+    activation = hf_config.activation_function
+    if activation not in _GPT2_ACTIVATIONS:
+        raise ValueError(f"the GPT-2 activation_function must be one of {sorted(_GPT2_ACTIVATIONS)}, got {activation!r}")
+    if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False) or not getattr(hf_config, "scale_attn_weights", True):
+        raise ValueError("GPT2Config with scale_attn_by_inverse_layer_idx=True or scale_attn_weights=False "
+                         "scales attention differently from GPT-2 and has no counterpart here")
+    return TransformerConfig(
+        vocab_size=hf_config.vocab_size, block_size=hf_config.n_positions, n_layers=hf_config.n_layer,
+        n_heads=hf_config.n_head, d_model=hf_config.n_embd, d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
+        dropout=0.0, bias=True, norm="layernorm", norm_position="pre", mlp=_GPT2_ACTIVATIONS[activation],
+        positional="learned", tie_weights=bool(getattr(hf_config, "tie_word_embeddings", True)), init="torch",
+        eps=float(hf_config.layer_norm_epsilon))
+
+
+@torch.no_grad()
+def gpt2_from_hf(source, *, n_heads: int | None = None, eps: float = 1e-5, cls: type | None = None) -> "GPT":
+    """A :class:`GPT` with the weights of a Hugging Face GPT-2 model, state dict or checkpoint name.
+
+    The mapping, layer by layer (GPT-2's names on the left):
+
+    - ``wte`` -> ``embed.token``, ``wpe`` -> ``embed.position.table`` (learned positions);
+    - ``h.i.ln_1``, ``h.i.ln_2`` -> ``blocks.i.norms.0``, ``.1``; ``ln_f`` -> ``norm_f``;
+    - ``h.i.attn.c_attn`` -> ``W_q``, ``W_k``, ``W_v``: GPT-2's ``Conv1D`` computes x W + b with W of shape
+      (in, out), the transpose of ``nn.Linear``'s (out, in) weight, and holds the three projections side by
+      side, (D, 3D): split into three (D, D) blocks, each transposed;
+    - ``h.i.attn.c_proj`` -> ``W_o``, ``h.i.mlp.c_fc`` -> ``ffn.W_1``, ``h.i.mlp.c_proj`` -> ``ffn.W_2``
+      (transposed likewise);
+    - ``lm_head`` is the token embedding (tied).
+
+    Shapes:
+        source's wte: (V, D), wpe: (block_size, D), c_attn.weight: (D, 3D), c_fc.weight: (D, F)
+    """
+    cls = GPT if cls is None else cls
+    if isinstance(source, str):
+        from transformers import GPT2LMHeadModel
+
+        source = GPT2LMHeadModel.from_pretrained(source)
+    if hasattr(source, "config") and hasattr(source, "state_dict"):
+        config = gpt2_config(source.config)
+        state = source.state_dict()
+    elif isinstance(source, dict):
+        state = source
+        config = None
+    else:
+        raise TypeError(f"source must be a transformers GPT-2 model, its state dict or a checkpoint name, "
+                        f"got {type(source).__name__}")
+    state = {(k[len("transformer."):] if k.startswith("transformer.") else k): v for k, v in state.items()}
+    for key in ("wte.weight", "wpe.weight", "ln_f.weight"):
+        if key not in state:
+            raise ValueError(f"source is not a GPT-2 state dict: it has no {key!r} (keys such as "
+                             f"{sorted(state)[:4]})")
+    if config is None:
+        if n_heads is None:
+            raise ValueError("n_heads must be given with a state dict (the weights' shapes do not tell it)")
+        n_layers = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("h."))
+        (V, D), T = state["wte.weight"].shape, state["wpe.weight"].shape[0]
+        tied = "lm_head.weight" not in state or torch.equal(state["lm_head.weight"], state["wte.weight"])
+        config = TransformerConfig(vocab_size=V, block_size=T, n_layers=n_layers, n_heads=n_heads, d_model=D,
+                                   d_ff=state["h.0.mlp.c_fc.weight"].shape[1], bias=True, norm_position="pre",
+                                   mlp="gelu_tanh", positional="learned", tie_weights=tied, init="torch", eps=eps)
+    D = config.d_model
+    ours = {"embed.token.weight": state["wte.weight"], "embed.position.table.weight": state["wpe.weight"],
+            "norm_f.weight": state["ln_f.weight"], "norm_f.bias": state["ln_f.bias"],
+            "lm_head.weight": state["wte.weight"] if config.tie_weights else state["lm_head.weight"]}
+    for i in range(config.n_layers):
+        h, b = f"h.{i}.", f"blocks.{i}."
+        for name, w in zip(("W_q", "W_k", "W_v"), state[h + "attn.c_attn.weight"].split(D, dim=1)):  # 3 x (D, D)
+            ours[b + f"self_attn.{name}.weight"] = w.t()  # Conv1D (in, out) -> Linear (out, in)
+        for name, bias in zip(("W_q", "W_k", "W_v"), state[h + "attn.c_attn.bias"].split(D)):
+            ours[b + f"self_attn.{name}.bias"] = bias
+        for ours_name, theirs in (("self_attn.W_o", "attn.c_proj"), ("ffn.W_1", "mlp.c_fc"), ("ffn.W_2", "mlp.c_proj")):
+            ours[b + ours_name + ".weight"] = state[h + theirs + ".weight"].t()
+            ours[b + ours_name + ".bias"] = state[h + theirs + ".bias"]
+        for j, ln in enumerate(("ln_1", "ln_2")):
+            ours[b + f"norms.{j}.weight"] = state[h + ln + ".weight"]
+            ours[b + f"norms.{j}.bias"] = state[h + ln + ".bias"]
+    dtype = state["wte.weight"].dtype
+    model = cls(config).to(dtype)
+    model.load_state_dict({k: v.detach().clone() for k, v in ours.items()}, strict=True)
+    if config.tie_weights:
+        model.lm_head.weight = model.embed.token.weight
+    return model.eval()
+

@@ -77,7 +77,10 @@ def angles(positions, d_model: int, *, base: float = 10000.0) -> torch.Tensor:
     """
     if isinstance(positions, int) and not isinstance(positions, bool):
         positions = torch.arange(_checks.positive_int("positions", positions))
-    positions = torch.as_tensor(positions)
+    try:
+        positions = torch.as_tensor(positions)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"positions must be a tensor or list of integer or real positions, got {positions!r}") from None
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must be integers or real numbers, got dtype {positions.dtype}")
     w = frequencies(d_model, base=base, device=positions.device)  # (D/2,)
@@ -202,7 +205,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.d_model)
-        return self.dropout(x + self.encoding(x.shape[-2], offset).to(x.dtype))  # (..., T, D)
+        _checks.like("x", x, self)
+        return self.dropout(x + self.encoding(x.shape[-2], offset))  # (..., T, D)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}"

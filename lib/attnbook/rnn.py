@@ -49,14 +49,7 @@ def _check_x(cell: nn.Module, x) -> torch.Tensor:
     if x.shape[1] != cell.input_size:
         raise ValueError(f"x must have shape (B, input_size) = (B, {cell.input_size}), "
                          f"got {_checks.shape_str(x.shape)}")
-    weight = next(cell.parameters())
-    if x.dtype != weight.dtype:
-        raise TypeError(f"x has dtype {x.dtype} but the cell's parameters are {weight.dtype}; "
-                        f"convert one of them (x.to({weight.dtype}) or cell.to({x.dtype}))")
-    if x.device != weight.device:
-        raise ValueError(f"x is on {x.device} but the cell's parameters are on {weight.device}; "
-                         f"move one of them (x.to(device) or cell.to(device))")
-    return x
+    return _checks.like("x", x, cell, owner="cell")
 
 
 def _check_hidden(name: str, h, x: torch.Tensor, hidden_size: int) -> torch.Tensor:
@@ -200,8 +193,8 @@ class LSTMCell(_Cell):
             if not isinstance(state, (tuple, list)) or len(state) != 2:
                 raise TypeError(f"state must be a pair (h, c) of (B, hidden_size) tensors, got {type(state).__name__}"
                                 + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else ""))
-            h = _check_hidden("h", state[0], x, self.hidden_size)
-            c = _check_hidden("c", state[1], x, self.hidden_size)
+            h = _check_hidden("state[0] (h)", state[0], x, self.hidden_size)
+            c = _check_hidden("state[1] (c)", state[1], x, self.hidden_size)
         a = x @ self.W_x.T + h @ self.W_h.T + self.b  # (B, 4H)
         a_i, a_f, a_g, a_o = a.chunk(4, dim=-1)  # each (B, H)
         i, f, o = torch.sigmoid(a_i), torch.sigmoid(a_f), torch.sigmoid(a_o)
@@ -373,6 +366,7 @@ class SequenceRegressor(nn.Module):
         if x.shape[-1] != self.input_size or x.shape[1] == 0:
             raise ValueError(f"x must have shape (B, T, input_size) = (B, T, {self.input_size}) with T >= 1, "
                              f"got {_checks.shape_str(x.shape)}")
+        _checks.like("x", x, self)
         outputs, _ = self.layer(x)  # (B, T, H)
         return self.readout(outputs[:, -1]).squeeze(-1)  # (B,)
 
@@ -410,11 +404,25 @@ def set_forget_bias(module: nn.Module, value: float) -> nn.Module:
 
 def flatten_state(state: State) -> torch.Tensor:
     """The state as one tensor: h (B, H) stays as it is, (h, c) becomes [h, c] of shape (B, 2H)."""
-    return torch.cat(state, dim=-1) if isinstance(state, (tuple, list)) else state  # (B, S)
+    if isinstance(state, (tuple, list)):
+        if len(state) != 2:
+            raise ValueError(f"state must be h or a pair (h, c), got a {type(state).__name__} of length {len(state)}")
+        h = _checks.tensor("state[0] (h)", state[0], min_ndim=1, floating=True)
+        c = _checks.tensor("state[1] (c)", state[1], floating=True)
+        if h.shape != c.shape or h.dtype != c.dtype or h.device != c.device:
+            raise ValueError(f"state (h, c) must hold two tensors of one shape, dtype and device, got h "
+                             f"{_checks.shape_str(h.shape)} {h.dtype} and c {_checks.shape_str(c.shape)} {c.dtype}")
+        return torch.cat(state, dim=-1)  # (B, 2H)
+    return _checks.tensor("state", state, min_ndim=1, floating=True)  # (B, H)
 
 
 def unflatten_state(cell: Cell, s: torch.Tensor) -> State:
     """The inverse of :func:`flatten_state` for ``cell``: (B, S) -> h, or (h, c) for an LSTM."""
+    _check_cell(cell)
+    _checks.tensor("s", s, min_ndim=1, floating=True)
+    if s.shape[-1] != cell.state_size:
+        raise ValueError(f"s must have the cell's flat state width S = {cell.state_size} in its last dimension, "
+                         f"got shape {_checks.shape_str(s.shape)}")
     if isinstance(cell, LSTMCell):
         return tuple(s.split(cell.hidden_size, dim=-1))  # (B, H), (B, H)
     return s
@@ -510,4 +518,8 @@ def gradient_norms(cell: Cell, x: torch.Tensor, state: State | None = None, *,
             H = cell.hidden_size
             block = slice(0, H) if part == "h" else slice(H, 2 * H)
             chain = chain[:, block, block]  # (T + 1, H, H)
-    return torch.linalg.matrix_norm(chain, ord=2)  # (T + 1,)
+    # half precision has no matrix norm kernel: float32; a non-finite product (from a NaN in x) has norm NaN
+    work = torch.float32 if chain.dtype in (torch.float16, torch.bfloat16) else chain.dtype
+    finite = torch.isfinite(chain).flatten(1).all(dim=1)  # (T + 1,)
+    norms = torch.linalg.matrix_norm(torch.where(finite[:, None, None], chain, 0.0).to(work), ord=2)  # (T + 1,)
+    return norms.masked_fill(~finite, float("nan"))  # (T + 1,)

@@ -34,13 +34,20 @@ __all__ = ["Encoder", "Decoder", "Memory", "Seq2Seq", "Batch", "make_batch", "se
 
 
 def _lengths(name: str, lengths, batch: int, max_len: int, device) -> torch.Tensor:
-    lengths = torch.as_tensor(lengths, device=device)
-    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool or lengths.numel() != batch:
-        raise ValueError(f"{name} must hold one integer length per sequence, shape ({batch},), got "
+    lengths = _checks.as_integers(name, lengths, what="one integer length per sequence", device=device)
+    if lengths.dim() != 1 or lengths.numel() != batch:
+        raise ValueError(f"{name} must hold one integer length per sequence, shape ({batch},) (the rows of src), got "
                          f"{lengths.dtype} of shape {_checks.shape_str(lengths.shape)}")
     if batch and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
-        raise ValueError(f"{name} must lie in [0, {max_len}] (the padded length), got {lengths.tolist()}")
+        raise ValueError(f"{name} must lie in [0, {max_len}] (the padded length of src), got {lengths.tolist()}")
     return lengths.long()
+
+
+def _check_decoder_model(model) -> None:
+    """``model`` must be something the decoders can run: encode, start, step and the special ids."""
+    if not all(hasattr(model, a) for a in ("encode", "start", "step", "bos_id", "eos_id", "train")):
+        raise TypeError(f"model must be a Seq2Seq (or a PrefixTable): something with encode, start and step, "
+                        f"got {type(model).__name__}")
 
 
 def _token_ids(name: str, ids, vocab_size: int) -> torch.Tensor:
@@ -172,6 +179,13 @@ class Decoder(nn.Module):
 
         Shapes: tgt_in (B, Tt) -> logits (B, Tt, V), weights (B, Tt, Ts) or None
         """
+        if not isinstance(memory, Memory):
+            raise TypeError(f"memory must be a seq2seq.Memory (what Seq2Seq.encode returns), "
+                            f"got {type(memory).__name__}")
+        tgt_in = _token_ids("tgt_in", tgt_in, self.vocab_size)
+        if tgt_in.shape[1] == 0 or tgt_in.shape[0] != memory.summary.shape[0]:
+            raise ValueError(f"tgt_in must have shape (B, Tt) with B = {memory.summary.shape[0]} (the memory's batch) "
+                             f"and Tt >= 1, got {_checks.shape_str(tgt_in.shape)}")
         emb = self.embed(tgt_in)  # (B, Tt, E)
         s = self.start(memory)  # (B, D)
         states, contexts, weights = [], [], []
@@ -237,6 +251,7 @@ class Seq2Seq(nn.Module):
 
     def forward(self, src, src_lengths, tgt_in, *, return_weights: bool = False):
         """Teacher forcing: the decoder's input at step t is the true y_{t-1}, not its own guess."""
+        _checks.tensor("src", src, ndim=2)
         tgt_in = _token_ids("tgt_in", tgt_in, self.decoder.vocab_size)
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(f"src and tgt_in must have the same batch size, got src {_checks.shape_str(src.shape)} "
@@ -270,10 +285,17 @@ def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device) -> torch.Tenso
 def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: int = 0, bos_id: int = 2,
                eos_id: int = 3, device=None) -> Batch:
     """Pad a list of (source ids, target ids) pairs into a :class:`Batch`."""
+    if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__len__"):
+        raise TypeError(f"pairs must be a list of (source ids, target ids) pairs, got {type(pairs).__name__}")
     if len(pairs) == 0:
         raise ValueError("pairs is empty: a batch needs at least one (source, target) pair")
-    sources = [list(s) for s, _ in pairs]
-    targets = [list(t) for _, t in pairs]
+    for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
+        _checks.positive_int(name, value, minimum=0)
+    try:
+        sources = [[int(i) for i in s] for s, _ in pairs]
+        targets = [[int(i) for i in t] for _, t in pairs]
+    except (TypeError, ValueError):
+        raise TypeError(f"pairs must be a list of (source ids, target ids) pairs of integers, got {pairs!r}") from None
     return Batch(_pad(sources, pad_id, device), torch.tensor([len(s) for s in sources], device=device),
                  _pad([[bos_id] + t for t in targets], pad_id, device),
                  _pad([t + [eos_id] for t in targets], pad_id, device))
@@ -281,6 +303,10 @@ def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: 
 
 def sequence_loss(model: Seq2Seq, batch: Batch) -> torch.Tensor:
     """Mean cross-entropy of the next target token under teacher forcing, padding excluded."""
+    if not isinstance(model, Seq2Seq):
+        raise TypeError(f"model must be an attnbook.seq2seq.Seq2Seq, got {type(model).__name__}")
+    if not isinstance(batch, Batch):
+        raise TypeError(f"batch must be an attnbook.seq2seq.Batch (see make_batch), got {type(batch).__name__}")
     logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, Tt, V)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=model.pad_id)
 
@@ -314,6 +340,7 @@ def greedy_decode(model, src: torch.Tensor, src_lengths=None, *, max_len: int) -
         src: (B, Ts) ids (or (Ts,) for one sentence), src_lengths: (B,)
         return: B :class:`Translation` objects
     """
+    _check_decoder_model(model)
     max_len = _check_max_len(max_len)
     src = src.unsqueeze(0) if isinstance(src, torch.Tensor) and src.dim() == 1 else src
     was_training = model.training
@@ -369,6 +396,7 @@ def beam_search(model, src: torch.Tensor, *, beam_width: int, max_len: int) -> T
         src: (Ts,) or (1, Ts) ids of one sentence
         return: a :class:`Translation`
     """
+    _check_decoder_model(model)
     beam_width = _checks.positive_int("beam_width", beam_width)
     max_len = _check_max_len(max_len)
     _checks.tensor("src", src, min_ndim=1)
@@ -435,16 +463,26 @@ def score_sequence(model, src: torch.Tensor, tokens: Sequence[int], *, finished:
     Shapes:
         src: (Ts,) or (1, Ts) ids of one sentence
     """
+    _check_decoder_model(model)
+    _checks.tensor("src", src, min_ndim=1)
+    if src.dim() == 2 and src.shape[0] != 1 or src.dim() > 2:
+        raise ValueError(f"score_sequence scores one sentence: src must be (Ts,) or (1, Ts), got "
+                         f"{_checks.shape_str(src.shape)}")
+    tokens = _checks.as_integers("tokens", tokens, what="a list of token ids")
+    if tokens.dim() != 1:
+        raise ValueError(f"tokens must be a flat list of token ids, got shape {_checks.shape_str(tokens.shape)}")
     src = src.reshape(1, -1)
     was_training = model.training
     model.eval()
     try:
         memory = model.encode(src)
         s = model.start(memory)
-        targets = list(tokens) + ([model.eos_id] if finished else [])
+        targets = tokens.tolist() + ([model.eos_id] if finished else [])
         y_prev, total = model.bos_id, 0.0
         for token in targets:
             logits, s, _ = model.step(torch.tensor([y_prev], device=src.device), s, memory)
+            if not 0 <= token < logits.shape[-1]:
+                raise ValueError(f"tokens must be ids in [0, {logits.shape[-1]}) (the target vocabulary), got {token}")
             total += float(torch.log_softmax(logits.double(), dim=-1)[0, token])
             y_prev = token
     finally:
@@ -460,6 +498,10 @@ def translate(model: Seq2Seq, tokens: Sequence[str], src_vocab, tgt_vocab, *, be
     """
     if isinstance(tokens, str):
         raise TypeError("translate expects a list of tokens, got a str: tokenize it first")
+    _check_decoder_model(model)
+    for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
+        if not (hasattr(vocab, "encode") and hasattr(vocab, "itos")):
+            raise TypeError(f"{name} must be an attnbook.data.Vocab, got {type(vocab).__name__}")
     ids = src_vocab.encode(tokens)
     seen = [src_vocab.itos[i] for i in ids]  # what the model reads: unknown words as <unk>
     device = device if device is not None else next(model.parameters()).device

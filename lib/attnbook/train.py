@@ -125,6 +125,7 @@ def fit(
     eval_every: int = 0,
     desc: str = "training",
     stop_on_nonfinite: bool = True,
+    quiet: bool = False,
 ) -> History:
     """Train ``model`` for ``steps`` optimiser steps and return the :class:`History`.
 
@@ -137,6 +138,7 @@ def fit(
         evaluate: ``evaluate(model) -> {name: value}``, run in eval mode without gradients every
             ``eval_every`` steps (if > 0) and after the last step.
         stop_on_nonfinite: stop (and set ``history.diverged``) when the loss becomes inf or NaN.
+        quiet: no progress bar (for many short runs inside an outer loop that shows its own).
     """
     steps = _checks.positive_int("steps", steps)
     if grad_clip is not None:
@@ -156,7 +158,7 @@ def fit(
 
     start = time.perf_counter()
     model.train()
-    bar = progress(range(steps), desc=desc)
+    bar = progress(range(steps), desc=desc, **({"disable": True} if quiet else {}))
     for step in bar:
         if schedule is not None:
             factor = float(schedule(step))

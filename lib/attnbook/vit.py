@@ -4,7 +4,7 @@ An image of shape (C, H, W) is cut into non-overlapping P x P patches, a grid of
 patches. Each patch is flattened to C * P * P numbers and mapped to a D-dimensional token by one shared
 linear map E (equation 1 of Dosovitskiy et al., 2021)::
 
-    z_0 = [x_class; x_1 E; ...; x_N E] + E_pos        (N = Hg * Wg patches, then pre-norm encoder blocks)
+    z_0 = [x_class; x_1 E; ...; x_T E] + E_pos        (T = Hg * Wg patches, then pre-norm encoder blocks)
 
 - :func:`patchify` / :func:`unpatchify`: images <-> sequences of flattened patches, each patch flattened
   channel by channel, ``(c, i, j)``, the layout of ``torch.nn.Conv2d``'s kernels and of ``F.unfold``;
@@ -77,11 +77,11 @@ def _pair(name: str, value) -> tuple[int, int]:
     return (_checks.positive_int(name, value),) * 2
 
 
-def _divisible(what: str, size: int, patch_size: int) -> int:
+def _divisible(name: str, what: str, size: int, patch_size: int) -> int:
     if size % patch_size:
         lower, upper = (size // patch_size) * patch_size, (size // patch_size + 1) * patch_size
         fix = f"crop or resize to {lower} or pad to {upper}" if lower else f"resize or pad to {upper}"
-        raise ValueError(f"the image {what} {size} is not divisible by patch_size={patch_size} "
+        raise ValueError(f"the image {what} of {name} is {size}, not divisible by patch_size={patch_size} "
                          f"({size} = {size // patch_size} * {patch_size} + {size % patch_size}); {fix}")
     return size // patch_size
 
@@ -95,7 +95,8 @@ def grid_size(image_size, patch_size: int) -> tuple[int, int]:
     """
     height, width = _pair("image_size", image_size)
     _checks.positive_int("patch_size", patch_size)
-    return _divisible("height", height, patch_size), _divisible("width", width, patch_size)
+    return (_divisible("image_size", "height", height, patch_size),
+            _divisible("image_size", "width", width, patch_size))
 
 
 def n_tokens(image_size, patch_size: int, *, class_token: bool = True) -> int:
@@ -107,8 +108,10 @@ def n_tokens(image_size, patch_size: int, *, class_token: bool = True) -> int:
     return grid_h * grid_w + int(bool(class_token))
 
 
-def _check_images(images, patch_size: int, in_channels: int | None = None, image_size=None) -> torch.Tensor:
-    """A batch of channels-first images (B, C, H, W) with H and W multiples of the patch size."""
+def _check_images(images, patch_size: int, in_channels: int | None = None, image_size=None,
+                  module: nn.Module | None = None) -> torch.Tensor:
+    """A batch of channels-first images (B, C, H, W) with H and W multiples of the patch size (and the dtype
+    and device of ``module``'s parameters)."""
     _checks.tensor("images", images, floating=True)
     if images.dim() != 4:
         hint = " (a single image? add a batch dimension with images[None])" if images.dim() == 3 else ""
@@ -122,8 +125,10 @@ def _check_images(images, patch_size: int, in_channels: int | None = None, image
     if image_size is not None and tuple(images.shape[-2:]) != tuple(image_size):
         raise ValueError(f"images must be {image_size[0]} x {image_size[1]} (the model's image_size: its position "
                          f"embeddings are made for that grid), got shape {_checks.shape_str(images.shape)}")
-    _divisible("height", images.shape[-2], patch_size)
-    _divisible("width", images.shape[-1], patch_size)
+    _divisible("images", "height", images.shape[-2], patch_size)
+    _divisible("images", "width", images.shape[-1], patch_size)
+    if module is not None:
+        _checks.like("images", images, module)
     return images
 
 
@@ -138,7 +143,7 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 
     Shapes:
         images: (B, C, H, W)
-        return: (B, N, C * P * P) with N = (H / P) * (W / P)
+        return: (B, T, C * P * P) with T = (H / P) * (W / P)
 
     Chapter: vision transformers.
     """
@@ -147,14 +152,14 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     B, C, H, W = images.shape
     x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, Hg, P, Wg, P)
     x = x.permute(0, 2, 4, 1, 3, 5)  # (B, Hg, Wg, C, P, P)
-    return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
+    return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, T, C*P*P)
 
 
 def unpatchify(patches: torch.Tensor, patch_size: int, image_size, in_channels: int | None = None) -> torch.Tensor:
     """The inverse of :func:`patchify`: put flattened patches back in their places in the image.
 
     Shapes:
-        patches: (B, N, C * P * P) with N = (H / P) * (W / P)
+        patches: (B, T, C * P * P) with T = (H / P) * (W / P)
         return:  (B, C, H, W)
 
     Chapter: vision transformers.
@@ -163,10 +168,10 @@ def unpatchify(patches: torch.Tensor, patch_size: int, image_size, in_channels: 
     H, W = _pair("image_size", image_size)
     grid_h, grid_w = grid_size((H, W), P)
     _checks.tensor("patches", patches, ndim=3)
-    B, N, K = patches.shape
+    B, T, K = patches.shape
     C = K // (P * P) if in_channels is None else _checks.positive_int("in_channels", in_channels)
-    if N != grid_h * grid_w or K != C * P * P:
-        raise ValueError(f"patches must have shape (B, N={grid_h * grid_w}, C*P*P={C * P * P}) for {H} x {W} images "
+    if T != grid_h * grid_w or K != C * P * P:
+        raise ValueError(f"patches must have shape (B, T={grid_h * grid_w}, C*P*P={C * P * P}) for {H} x {W} images "
                          f"with patch_size={P}, got shape {_checks.shape_str(patches.shape)}")
     x = patches.reshape(B, grid_h, grid_w, C, P, P)  # (B, Hg, Wg, C, P, P)
     x = x.permute(0, 3, 1, 4, 2, 5)  # (B, C, Hg, P, Wg, P)
@@ -178,7 +183,7 @@ class LinearPatchEmbedding(nn.Module):
 
     Shapes:
         images: (B, C, H, W)
-        return: (B, N, D), one token per patch, N = (H / P) * (W / P)
+        return: (B, T, D), one token per patch, T = (H / P) * (W / P)
 
     Chapter: vision transformers.
     """
@@ -191,8 +196,8 @@ class LinearPatchEmbedding(nn.Module):
         self.E = nn.Linear(in_channels * patch_size ** 2, d_model, bias=bias)  # weight (D, C*P*P)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
-        return self.E(patchify(images, self.patch_size))  # (B, N, D)
+        _check_images(images, self.patch_size, self.in_channels, module=self)
+        return self.E(patchify(images, self.patch_size))  # (B, T, D)
 
     def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, patch_size={self.patch_size}, d_model={self.d_model}"
@@ -208,7 +213,7 @@ class ConvPatchEmbedding(nn.Module):
 
     Shapes:
         images: (B, C, H, W)
-        return: (B, N, D), patches in row-major order
+        return: (B, T, D), patches in row-major order
 
     Chapter: vision transformers.
     """
@@ -234,9 +239,9 @@ class ConvPatchEmbedding(nn.Module):
         return conv
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
+        _check_images(images, self.patch_size, self.in_channels, module=self)
         x = self.E(images)  # (B, D, Hg, Wg)
-        return x.flatten(2).transpose(1, 2)  # (B, N, D)
+        return x.flatten(2).transpose(1, 2)  # (B, T, D)
 
     def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, patch_size={self.patch_size}, d_model={self.d_model}"
@@ -354,7 +359,7 @@ class ViT(nn.Module):
             self.pos_embed = nn.Parameter(torch.randn(c.n_tokens, c.d_model) * 0.02)  # (T, D)
         else:
             pe = sinusoidal_2d(*c.grid, c.d_model) if c.positions == "sinusoidal2d" else torch.zeros(c.n_patches, c.d_model)
-            self.register_buffer("patch_positions", pe, persistent=False)  # (N, D), fixed
+            self.register_buffer("patch_positions", pe, persistent=False)  # (T, D), fixed
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             EncoderBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, mlp="gelu", norm_position="pre", eps=c.eps)
@@ -369,12 +374,12 @@ class ViT(nn.Module):
         """
         c = self.config
         _checks.tensor("images", images, floating=True)
-        _check_images(images, c.patch_size, c.in_channels, c.image_size)
-        x = self.patch_embed(images)  # (B, N, D)
+        _check_images(images, c.patch_size, c.in_channels, c.image_size, module=self)
+        x = self.patch_embed(images)  # (B, T, D)
         if c.positions != "learned":
-            x = x + self.patch_positions.to(x.dtype)  # (B, N, D); zeros for "none"
+            x = x + self.patch_positions.to(x.dtype)  # (B, T, D); zeros for "none"
         if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1 + N, D)
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1 + T, D)
         if c.positions == "learned":
             x = x + self.pos_embed.to(x.dtype)  # (B, T, D)
         return self.dropout(x)  # (B, T, D)
@@ -518,7 +523,7 @@ class SmallCNN(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _checks.tensor("images", images, floating=True)
-        _check_images(images, 2, self.in_channels)
+        _check_images(images, 2, self.in_channels, module=self)
         x = self.features(images)  # (B, widths[-1], H / 2, W / 2)
         return self.head(x.mean(dim=(2, 3)))  # (B, n_classes)
 
@@ -531,10 +536,13 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
 
     Chapter: vision transformers.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _checks.tensor("images", images, ndim=4, floating=True)
     _checks.tensor("labels", labels, ndim=1)
     if labels.shape[0] != images.shape[0]:
         raise ValueError(f"images and labels must have the same length, got {images.shape[0]} and {labels.shape[0]}")
+    batch_size = _checks.positive_int("batch_size", batch_size)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

@@ -4,6 +4,9 @@ Plotly figures carry every state of their sliders inside the figure (precomputed
 keep working in the static HTML book with no kernel. Matplotlib figures are what the live
 ``attnbook.widgets`` explorers redraw.
 
+Colours come from ``attnbook.style``, the book's visual language: ``color("weight")`` for attention weights,
+``color("position")`` for positions and so on, the same colours as in the diagrams.
+
 Chapter: queries, keys and values (heatmaps, temperature); later chapters add their own figures.
 """
 from __future__ import annotations
@@ -12,7 +15,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .style import WEIGHT_SCALE, color
+
 __all__ = [
+    "color",
     "glue",
     "to_numpy",
     "add_slider",
@@ -21,6 +27,7 @@ __all__ = [
     "softmax_temperature_figure",
     "heatmap_mpl",
     "bars_mpl",
+    "describe_mpl",
 ]
 
 
@@ -94,7 +101,7 @@ def _heatmap_trace(z: np.ndarray, x: list[str], y: list[str], zmax: float | None
     import plotly.graph_objects as go
 
     return go.Heatmap(
-        z=z, x=x, y=y, zmin=0.0, zmax=zmax, colorscale="Blues",
+        z=z, x=x, y=y, zmin=0.0, zmax=zmax, colorscale=WEIGHT_SCALE,
         texttemplate="%{z:.2f}" if z.size <= 144 else None,
         hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>",
     )
@@ -150,8 +157,8 @@ def attention_heatmap_slider(weights_list, x_labels_list=None, y_labels_list=Non
     return add_slider(fig, steps, prefix=prefix)
 
 
-def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title: str = "softmax(scores / T)"):
-    """Bars of softmax(scores / T) with a slider over the temperature T (log-spaced by default).
+def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title: str = "softmax(scores / τ)"):
+    """Bars of softmax(scores / τ) with a slider over the temperature τ (log-spaced by default).
 
     Shapes:
         scores: (N,)
@@ -168,17 +175,17 @@ def softmax_temperature_figure(scores, labels=None, temperatures=None, *, title:
         e = np.exp((s - s.max()) / t)
         return e / e.sum()
 
-    start = int(np.argmin(np.abs(np.log(temperatures))))  # the step closest to T = 1
+    start = int(np.argmin(np.abs(np.log(temperatures))))  # the step closest to τ = 1
     w0 = weights(temperatures[start])
     fig = go.Figure(go.Bar(x=x, y=w0, text=[f"{v:.2f}" for v in w0], textposition="outside",
-                           hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+                           marker_color=color("weight"), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
     fig.update_layout(title=title, yaxis_range=[0, 1.1], yaxis_title="weight", xaxis_type="category")
     steps = []
     for t in temperatures:
         w = weights(t)
         steps.append({"label": f"{t:.3g}", "data": {"y": [w], "text": [[f"{v:.2f}" for v in w]]},
                       "layout": {}})
-    return add_slider(fig, steps, prefix="T = ", active=start)
+    return add_slider(fig, steps, prefix="τ = ", active=start)
 
 
 def heatmap_mpl(weights, x_labels=None, y_labels=None, *, title: str = "", ax=None, annotate: bool = True):
@@ -190,7 +197,7 @@ def heatmap_mpl(weights, x_labels=None, y_labels=None, *, title: str = "", ax=No
         fig, ax = plt.subplots(figsize=(0.6 * z.shape[1] + 2, 0.5 * z.shape[0] + 1.5))
     else:
         fig = ax.figure
-    ax.imshow(z, cmap="Blues", vmin=0.0, vmax=max(1.0, float(z.max())))
+    ax.imshow(z, cmap=WEIGHT_SCALE, vmin=0.0, vmax=max(1.0, float(z.max())))
     ax.set_xticks(range(z.shape[1]), _labels(x_labels, z.shape[1]), rotation=45, ha="right")
     ax.set_yticks(range(z.shape[0]), _labels(y_labels, z.shape[0]))
     if annotate and z.size <= 144:
@@ -212,7 +219,7 @@ def bars_mpl(values, labels=None, *, title: str = "", ylim=(0.0, 1.05), ax=None)
         fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * v.size + 1), 3))
     else:
         fig = ax.figure
-    bars = ax.bar(range(v.size), v, color="#4c78a8")
+    bars = ax.bar(range(v.size), v, color=color("weight"))
     ax.bar_label(bars, fmt="%.2f")
     ax.set_xticks(range(v.size), _labels(labels, v.size))
     if ylim is not None:
@@ -220,6 +227,36 @@ def bars_mpl(values, labels=None, *, title: str = "", ylim=(0.0, 1.05), ax=None)
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def describe_mpl(fig) -> str:
+    """Alt text for a matplotlib figure, read from the figure itself: its titles, axes and named curves.
+
+    For example ``"Plot: Gradient norm against the lag. || dh_T / dh_t || (log scale) against lag k; curves:
+    linear RNN, tanh RNN."``, so that a picture drawn by a live explorer says what it shows.
+    """
+    suptitle = fig._suptitle.get_text().strip() if getattr(fig, "_suptitle", None) is not None else ""
+    parts = [f"{suptitle}." if suptitle else ""]
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>" or not (ax.has_data() or ax.get_title()):
+            continue
+        kind = "Heatmap" if ax.images else "Bar chart" if ax.patches and not ax.lines else "Plot"
+        text = f"{kind}: {ax.get_title().strip()}." if ax.get_title().strip() else f"{kind}."
+        y, x = ax.get_ylabel().strip(), ax.get_xlabel().strip()
+        if y and ax.get_yscale() == "log":
+            y += " (log scale)"
+        if x and y:
+            text += f" {y} against {x}."
+        names = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+        if names:
+            text += f" Curves: {', '.join(names)}."
+        elif kind == "Bar chart":
+            labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+            heights = [bar.get_height() for bar in ax.patches]
+            if labels and len(labels) == len(heights):
+                text += " " + ", ".join(f"{lab} {h:.2f}" for lab, h in zip(labels, heights)) + "."
+        parts.append(text)
+    return " ".join(p for p in parts if p) or "A figure."
 
 
 # --- Curves with a slider (gradient norms against the lag, learning curves) ---------------------------
@@ -341,7 +378,8 @@ def positional_waveform_figure(d_models: Sequence[int] = (16, 32, 64, 128, 256, 
     for d in d_models:
         y, name = _pe_dimension(tables[d], d, dim, base)
         fig.add_scatter(x=positions, y=y if y is not None else [None] * n_positions, name=name,
-                        mode="lines+markers", marker={"size": 4}, visible=d == d_model, showlegend=True,
+                        mode="lines+markers", marker={"size": 4}, line_color=color("position"),
+                        visible=d == d_model, showlegend=True,
                         hovertemplate="position %{x}<br>value %{y:.3f}<extra></extra>")
     fig.update_layout(title="One dimension of the sinusoidal positional encoding", xaxis_title="position",
                       yaxis_title="PE[position, dimension]", yaxis_range=[-1.15, 1.15],
@@ -376,7 +414,7 @@ def positional_waveform_mpl(d_model: int, dim: int, *, n_positions: int = 100, b
         fig = ax.figure
     y, name = _pe_dimension(pe, d_model, dim, base)
     if y is not None:
-        ax.plot(np.arange(n_positions), y, ".-", markersize=3)
+        ax.plot(np.arange(n_positions), y, ".-", markersize=3, color=color("position"))
     ax.set_ylim(-1.15, 1.15)
     ax.set_xlabel("position")
     ax.set_ylabel("PE[position, dimension]")
@@ -671,4 +709,68 @@ def spectrogram_grid(spectrograms, titles: Sequence[str], *, sample_rate: float,
     fig.update_xaxes(title_text="time (s)", row=rows, col=1)
     fig.update_yaxes(title_text="frequency (Hz)", row=1, col=1)
     fig.update_layout(title=title, height=height_per_row * rows + 80, margin={"l": 10, "r": 10, "t": 70, "b": 10})
+    return fig
+
+
+# --- Masks side by side, and accuracy against the amount of labelled data -----------------------------
+# Chapter: from text to tokens, and pretraining (13).
+
+__all__ += ["mask_panels", "accuracy_by_size"]
+
+
+def mask_panels(masks: dict[str, Any], labels: dict[str, tuple[Sequence[str], Sequence[str]]] | None = None, *,
+                title: str = ""):
+    """Boolean attention masks side by side, one panel each: a filled cell is a key the query may attend to.
+
+    ``labels`` maps a panel's name to (key labels, query labels).
+
+    Shapes:
+        each mask: (Tq, Tk), True = may attend
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    if not masks:
+        raise ValueError("masks is empty")
+    titles = [name.replace(": ", ":<br>") for name in masks]  # two short lines each, so neighbours do not overlap
+    fig = make_subplots(rows=1, cols=len(masks), subplot_titles=titles, horizontal_spacing=0.08)
+    for i, (name, mask) in enumerate(masks.items(), start=1):
+        z = to_numpy(mask)
+        if z.ndim != 2:
+            raise ValueError(f"mask {name!r} must be a matrix (Tq, Tk), got shape {z.shape}")
+        keys, queries = (labels or {}).get(name, (None, None))
+        x, y = _labels(keys, z.shape[1]), _labels(queries, z.shape[0])
+        fig.add_trace(go.Heatmap(z=z, x=x, y=y, zmin=0, zmax=1, showscale=False,
+                                 colorscale=[[0, "#f2f2f2"], [1, "#2b6cb0"]], xgap=1, ygap=1,
+                                 hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>"),
+                      row=1, col=i)
+        fig.update_xaxes(title_text="key", type="category", row=1, col=i)
+        fig.update_yaxes(title_text="query" if i == 1 else None, type="category", autorange="reversed", row=1, col=i)
+    fig.update_layout(title=title, height=380, margin={"t": 110})
+    return fig
+
+
+def accuracy_by_size(results: dict[str, dict[int, Sequence[float]]], *, title: str = "",
+                     x_title: str = "labelled examples (log scale)", y_title: str = "test accuracy",
+                     chance: float | None = None):
+    """Accuracy against the number of labelled examples: the mean over seeds with error bars (lowest to highest).
+
+    ``results`` maps a curve's name to {number of examples: [accuracy of each seed]}.
+    """
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name, by_size in results.items():
+        sizes = sorted(by_size)
+        means = [float(np.mean(by_size[n])) for n in sizes]
+        fig.add_scatter(x=sizes, y=means, name=name, mode="lines+markers",
+                        error_y={"type": "data", "symmetric": False,
+                                 "array": [max(by_size[n]) - m for n, m in zip(sizes, means)],
+                                 "arrayminus": [m - min(by_size[n]) for n, m in zip(sizes, means)]},
+                        hovertemplate="%{x} examples: %{y:.1%}<extra>" + name + "</extra>")
+    if chance is not None:
+        fig.add_hline(y=chance, line_dash="dot", annotation_text="chance")
+    sizes = sorted({n for by_size in results.values() for n in by_size})
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title=x_title, yaxis_title=y_title,
+                      yaxis_tickformat=".0%", xaxis_tickvals=sizes, xaxis_ticktext=[f"{n:,}" for n in sizes])
     return fig

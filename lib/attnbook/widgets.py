@@ -15,7 +15,7 @@ import numpy as np
 
 from . import viz
 
-__all__ = ["enable_colab_widgets", "explorer", "temperature_explorer", "heatmap_explorer"]
+__all__ = ["enable_colab_widgets", "picture_html", "explorer", "temperature_explorer", "heatmap_explorer"]
 
 CAPTION = ("<small>Live explorer: move the slider in a running notebook (Colab or Jupyter). "
            "In the HTML book it shows its first state; use the interactive figure above instead.</small>")
@@ -31,45 +31,57 @@ def enable_colab_widgets() -> bool:
     return True
 
 
+def picture_html(fig, alt: str | None = None) -> str:
+    """A matplotlib figure as an HTML ``<img>`` (PNG inline) with alt text; closes the figure.
+
+    The alt text is ``alt``, or else what ``viz.describe_mpl`` reads from the figure (titles, axes, curves).
+    """
+    import base64
+    import html
+    import io
+
+    import matplotlib.pyplot as plt
+
+    alt = viz.describe_mpl(fig) if alt is None else alt
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80)
+    plt.close(fig)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt, quote=True)}" style="max-width:100%">'
+
+
 def explorer(slider, draw: Callable[[object], object], *, title: str = ""):
     """A slider and a picture redrawn with ``draw(value)``, which returns a matplotlib figure.
 
-    The picture is an ``ipywidgets.Image`` holding PNG bytes, so the widget's saved state (and the
-    static HTML book) shows the picture too, not only a running kernel.
+    The picture is an ``<img>`` in an ``ipywidgets.HTML`` (with alt text from ``viz.describe_mpl``), so the
+    widget's saved state (and the static HTML book) shows the picture too, not only a running kernel.
     """
-    import io
-
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
 
     enable_colab_widgets()
-    image = widgets.Image(format="png")
+    picture = widgets.HTML()
 
     def redraw(value) -> None:
-        fig = draw(value)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=80)
-        plt.close(fig)
-        image.value = buffer.getvalue()
+        picture.value = picture_html(draw(value))
 
     slider.observe(lambda change: redraw(change["new"]), names="value")
     redraw(slider.value)
     parts = [widgets.HTML(f"<b>{title}</b>")] if title else []
-    return widgets.VBox(parts + [slider, image, widgets.HTML(CAPTION)])
+    return widgets.VBox(parts + [slider, picture, widgets.HTML(CAPTION)])
 
 
 def temperature_explorer(scores, labels: Sequence[str] | None = None, *, t_min: float = 0.02,
                          t_max: float = 20.0, value: float = 1.0):
-    """Bars of softmax(scores / T) redrawn as the temperature slider moves (log scale)."""
+    """Bars of softmax(scores / τ) redrawn as the temperature slider moves (log scale)."""
     import ipywidgets as widgets
 
     s = viz.to_numpy(scores).reshape(-1)
     slider = widgets.FloatLogSlider(value=value, base=10, min=np.log10(t_min), max=np.log10(t_max), step=0.02,
-                                    description="T", continuous_update=True, readout_format=".3g")
+                                    description="τ", continuous_update=True, readout_format=".3g")
 
     def draw(t: float):
         e = np.exp((s - s.max()) / t)
-        return viz.bars_mpl(e / e.sum(), labels, title=f"softmax(scores / T), T = {t:.3g}")
+        return viz.bars_mpl(e / e.sum(), labels, title=f"softmax(scores / τ), τ = {t:.3g}")
 
     return explorer(slider, draw, title="Softmax with temperature")
 
@@ -105,26 +117,19 @@ def multi_explorer(sliders: dict, draw: Callable[..., object], *, title: str = "
 
     ``sliders`` maps each keyword of ``draw`` to an ipywidgets control; ``draw`` returns a matplotlib figure.
     """
-    import io
-
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
 
     enable_colab_widgets()
-    image = widgets.Image(format="png")
+    picture = widgets.HTML()
 
     def redraw(_change=None) -> None:
-        fig = draw(**{name: control.value for name, control in sliders.items()})
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=80)
-        plt.close(fig)
-        image.value = buffer.getvalue()
+        picture.value = picture_html(draw(**{name: control.value for name, control in sliders.items()}))
 
     for control in sliders.values():
         control.observe(redraw, names="value")
     redraw()
     parts = [widgets.HTML(f"<b>{title}</b>")] if title else []
-    return widgets.VBox(parts + list(sliders.values()) + [image, widgets.HTML(CAPTION)])
+    return widgets.VBox(parts + list(sliders.values()) + [picture, widgets.HTML(CAPTION)])
 
 
 def positional_encoding_explorer(*, n_positions: int = 100, d_model: int = 64, dim: int = 4,
@@ -188,7 +193,7 @@ __all__ += ["LiveCurve"]
 
 
 class LiveCurve:
-    """A matplotlib plot of named curves inside an ``ipywidgets.Image``, redrawn by :meth:`update`.
+    """A matplotlib plot of named curves in an ``ipywidgets.HTML`` picture, redrawn by :meth:`update`.
 
     Display ``curve.widget`` in a cell before training, call ``curve.update({name: (xs, ys)})`` now and
     then during training; the widget's saved state keeps the last picture, so the static HTML book shows
@@ -201,15 +206,13 @@ class LiveCurve:
 
         enable_colab_widgets()
         self.title, self.x_title, self.y_title, self.log_y, self.y_range = title, x_title, y_title, log_y, y_range
-        self.image = widgets.Image(format="png")
-        self.widget = widgets.VBox([self.image, widgets.HTML(
+        self.picture = widgets.HTML()
+        self.widget = widgets.VBox([self.picture, widgets.HTML(
             "<small>Redrawn while the model trains; the interactive figure below the training cell shows "
             "the same curves.</small>")])
 
     def update(self, curves: dict) -> None:
         """Redraw with ``curves = {name: (xs, ys)}``."""
-        import io
-
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.5, 3.2))
@@ -226,10 +229,7 @@ class LiveCurve:
         ax.legend(loc="best", fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=80)
-        plt.close(fig)
-        self.image.value = buffer.getvalue()
+        self.picture.value = picture_html(fig)
 
     def _ipython_display_(self):
         from IPython.display import display

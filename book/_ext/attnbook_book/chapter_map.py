@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from attnbook.exercises import catalog
+
 LABEL = re.compile(r"^\((ch-[A-Za-z0-9_-]+)\)=\s*$", re.M)
 TITLE = re.compile(r"^# (.+)$", re.M)
 BUILDS_ON = re.compile(r"\*\*?Builds on\*?\*?:?\*?\*?\s*(.+)", re.I)
@@ -147,11 +149,6 @@ def render_svg(book: list[Chapter], href) -> str:
     return "\n".join(out)
 
 
-EXERCISE = re.compile(r"^```\{exercise\}\s*(.*?)\n(?::label:\s*(\S+))?", re.M)
-CHECK_CALL = re.compile(r"\bex\.(check_\w+)\(")
-CHECKER_MODULE = re.compile(r"from attnbook\.exercises import (\w+) as ex")
-
-
 @dataclass
 class Exercise:
     chapter: Chapter
@@ -160,32 +157,20 @@ class Exercise:
     checker: str  # "module.function" of attnbook.exercises, or "" when no check follows
 
 
-def _cells(path: Path) -> list[tuple[str, str, list[str]]]:
-    nb = json.loads(path.read_text())
-    return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"],
-             c.get("metadata", {}).get("tags", [])) for c in nb["cells"]]
-
-
 def exercises(srcdir: Path) -> list[Exercise]:
-    """Every exercise of the numbered chapters, with the checker its check cell calls."""
+    """Every exercise of the numbered chapters, with the checker its check cell calls.
+
+    The chapters are read by :func:`attnbook.exercises.catalog.parse_notebook`, the parser the grader's
+    list of exercises comes from.
+    """
     found = []
     for chapter in chapters(srcdir):
         path = srcdir / f"{chapter.docname}.ipynb"
         if not path.exists():
             continue
-        cells = _cells(path)
-        module = next((m.group(1) for kind, src, _ in cells if kind == "code" for m in [CHECKER_MODULE.search(src)] if m), "")
-        pending: list[Exercise] = []
-        for kind, src, tags in cells:
-            if kind == "markdown":
-                for match in EXERCISE.finditer(src):
-                    pending.append(Exercise(chapter, match.group(1).strip(), match.group(2) or "", ""))
-            elif pending and "solution" not in tags:
-                call = CHECK_CALL.search(src)
-                if call and module:
-                    pending[0].checker = f"{module}.{call.group(1)}"
-                    found.append(pending.pop(0))
-        found.extend(pending)
+        parsed = catalog.parse_notebook(json.loads(path.read_text()), path.stem)
+        found += [Exercise(chapter, e.title, e.label, f"{parsed.module}.{e.checker}" if e.checker else "")
+                  for e in parsed.exercises]
     return found
 
 

@@ -2,14 +2,17 @@
 
 Run as a program:
 
-    python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md
+    python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
+                                                        # the grader's list of exercises from them
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import json
 import re
 import shutil
 import sys
@@ -18,6 +21,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 import yaml
+
+from attnbook.exercises import catalog
 
 REPO = Path(__file__).resolve().parents[3]
 CHAPTERS = REPO / "chapters"
@@ -64,9 +69,11 @@ def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...]]]:
-    """What must agree between the .md and the .ipynb: each cell's type, source and tags."""
-    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str]]:
+    """What must agree between the .md and the .ipynb: each cell's type, source, tags and myst-nb options
+    (the ``mystnb`` metadata, which carries an image output's alt text)."""
+    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags", [])),
+             json.dumps(c.get("metadata", {}).get("mystnb", {}), sort_keys=True)) for c in nb.cells]
 
 
 def sync(root: Path = CHAPTERS) -> list[Path]:
@@ -80,6 +87,20 @@ def sync(root: Path = CHAPTERS) -> list[Path]:
         jupytext.write(fresh, ipynb, fmt="ipynb")
         changed.append(ipynb)
     return changed
+
+
+def exercise_manifest(root: Path = CHAPTERS) -> str:
+    """The text of the grader's list of every chapter's exercises (``attnbook/exercises/chapters.json``)."""
+    return catalog.dumps([catalog.parse_notebook(to_ipynb(md), md.stem) for md in chapter_sources(root)])
+
+
+def write_exercise_manifest(root: Path = CHAPTERS, target: Path = catalog.MANIFEST) -> bool:
+    """Rewrite the grader's list of exercises from the chapters; True when it changed."""
+    text = exercise_manifest(root)
+    if target.exists() and target.read_text(encoding="utf-8") == text:
+        return False
+    target.write_text(text, encoding="utf-8")
+    return True
 
 
 def _strip_solution_text(text: str, inside: bool) -> tuple[str, bool]:
@@ -124,6 +145,26 @@ def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         raise ValueError("a {solution-start} block is never closed by {solution-end}")
     out.cells = cells
     return out
+
+
+def _is_glue_call(node) -> bool:
+    call = node.value if isinstance(node, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        return False
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    return name == "glue"
+
+
+def is_glue_only(source: str) -> bool:
+    """Whether a code cell only glues numbers into the prose: ``glue(...)`` calls, and at most the assignments,
+    imports and small functions that compute what is glued. Such a cell is plumbing: the HTML page hides it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    plumbing = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.FunctionDef, ast.Import, ast.ImportFrom)
+    return (any(_is_glue_call(node) for node in tree.body)
+            and all(_is_glue_call(node) or isinstance(node, plumbing) for node in tree.body))
 
 
 def solution_only_lines(nb: nbformat.NotebookNode) -> set[str]:
@@ -203,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sync":
         for path in sync():
             print(f"wrote {path.relative_to(REPO)}")
+        if write_exercise_manifest():
+            print(f"wrote {catalog.MANIFEST}")
     elif args.command == "student":
         for path in write_student(args.out):
             print(f"wrote {path}")

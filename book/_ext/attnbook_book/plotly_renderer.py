@@ -13,6 +13,7 @@ from docutils import nodes
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_JS = "vendor/plotly/plotly.min.js"  # relative to the site's _static folder
+PLOTLY_THEME_JS = "attnbook/plotly-theme.js"  # the book's colour modes for plotly (sphinx.write_theme_assets)
 
 
 class PlotlyRenderer:
@@ -34,11 +35,13 @@ class PlotlyRenderer:
         html = (
             f'<div id="{div_id}" class="attnbook-plotly" style="width:100%;height:{height}px"></div>\n'
             f"<script>document.addEventListener('DOMContentLoaded', function () {{"
-            f" var f = {payload}; Plotly.newPlot({json.dumps(div_id)}, f[0], f[1], f[2]); }});</script>"
+            f" var f = {payload}; Plotly.newPlot({json.dumps(div_id)}, f[0], f[1], f[2]).then(function (gd) {{"
+            f" if (window.attnbookPlotlyTheme) {{ window.attnbookPlotlyTheme(gd); }} }}); }});</script>"
         )
         env = getattr(renderer.renderer, "sphinx_env", None)
         if env is not None:
             from myst_nb.sphinx_ import NbMetadataCollector
 
             NbMetadataCollector.add_js_file(env, env.docname, "plotly", PLOTLY_JS, {})
+            NbMetadataCollector.add_js_file(env, env.docname, "plotly-theme", PLOTLY_THEME_JS, {})
         return [nodes.raw("", html, format="html")]

@@ -6,7 +6,9 @@
   lets the widget manager find its fonts locally and call MathJax 3 through the MathJax 2 API it expects;
 - copies onnxruntime-web (npm) and the models the chapters exported into the site, for the model in the
   page (see ``inpage``);
-- removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice).
+- removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice);
+- turns the chapters' diagram images into numbered inline figures (``figures``) and writes the stylesheet
+  and script that let diagrams and plotly figures follow the theme's light and dark modes.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from . import chapter_map, inpage
+from .figures import DiagramFigures
 
 logger = logging.getLogger(__name__)
 TIMES_REPORT = "book/_data/execution_times.json"  # where `stage` puts the report inside the sources
@@ -98,6 +101,86 @@ def copy_assets(app, exception) -> None:
     shutil.copy2(plotly_js, vendor / "plotly" / "plotly.min.js")
     (vendor / "widgets-shim.js").write_text(WIDGETS_SHIM)
     inpage.copy_models(Path(app.srcdir), Path(app.outdir))
+
+
+THEME_CSS = "attnbook/theme.css"  # relative to _static: on every page
+PLOTLY_THEME_JS = "attnbook/plotly-theme.js"  # relative to _static: on pages with a plotly figure
+
+PLOTLY_THEME = """\
+// Plotly figures follow the book's colour mode: in dark mode the layout gets the colours of
+// attnbook.style.PLOTLY_DARK (written here by the build); switching back restores the figure's own.
+(function () {
+  var DARK = %(dark)s;
+  function isDark() { return document.documentElement.dataset.theme === "dark"; }
+  function get(obj, path) {
+    var parts = path.replace(/\[(\d+)\]/g, ".$1").split(".");
+    for (var i = 0; i < parts.length; i++) { if (obj == null) return null; obj = obj[parts[i]]; }
+    return obj === undefined ? null : obj;
+  }
+  function changes(gd) {
+    var u = {paper_bgcolor: DARK.paper_bgcolor, plot_bgcolor: DARK.plot_bgcolor, "font.color": DARK.font_color,
+             "legend.bgcolor": DARK.legend_bgcolor};
+    Object.keys(gd._fullLayout || {}).forEach(function (k) {
+      if (/^[xy]axis[0-9]*$/.test(k)) { for (var p in DARK.axis) { u[k + "." + p] = DARK.axis[p]; } }
+    });
+    (gd.layout.sliders || []).forEach(function (s, i) {
+      for (var p in DARK.slider) { u["sliders[" + i + "]." + p] = DARK.slider[p]; }
+      u["sliders[" + i + "].font.color"] = DARK.font_color;
+      u["sliders[" + i + "].currentvalue.font.color"] = DARK.font_color;
+    });
+    return u;
+  }
+  function apply(gd) {
+    var want = isDark() ? "dark" : "light";
+    if ((gd.dataset.attnbookTheme || "light") === want) { return; }
+    if (want === "dark") {
+      var u = changes(gd), saved = {};
+      for (var k in u) { saved[k] = get(gd.layout, k); }
+      gd._attnbookLight = saved;
+      Plotly.relayout(gd, u);
+    } else {
+      Plotly.relayout(gd, gd._attnbookLight || {});
+    }
+    gd.dataset.attnbookTheme = want;
+  }
+  window.attnbookPlotlyTheme = apply;
+  new MutationObserver(function () {
+    document.querySelectorAll("div.attnbook-plotly").forEach(function (gd) { if (gd._fullLayout) { apply(gd); } });
+  }).observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
+})();
+"""
+
+
+def theme_css() -> str:
+    """The stylesheet of every page: the diagrams (layout, dark colours) and the chapter map in dark mode.
+    (Widgets need nothing: in dark mode the theme shows them on a light card, with their own dark text.)"""
+    from .diagrams import svg
+
+    dark = 'html[data-theme="dark"]'
+    return "\n".join([
+        "/* Diagrams: drawn at their own size, scrolled sideways on narrow screens; page background. */",
+        ".attnbook-diagram{overflow-x:auto;max-width:100%;margin:0 auto}",
+        ".attnbook-diagram svg.abd{display:block;margin:0 auto;width:100%;height:auto}",
+        "figure .attnbook-diagram svg.abd{--bg:transparent}",
+        svg.dark_stylesheet(f"{dark} figure .attnbook-diagram"),
+        "/* The chapter map of the introduction in dark mode. */",
+        f"{dark} .attnbook-chapter-map rect{{fill:#1e242c;stroke:#8a97a6}}",
+        f"{dark} .attnbook-chapter-map text{{fill:#e4e9ef}}",
+        f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
+    ]) + "\n"
+
+
+def write_theme_assets(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    import json
+
+    from attnbook import style
+
+    folder = Path(app.outdir) / "_static" / "attnbook"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "theme.css").write_text(theme_css())
+    (folder / "plotly-theme.js").write_text(PLOTLY_THEME % {"dark": json.dumps(style.PLOTLY_DARK)})
 
 
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -233,6 +316,9 @@ def setup(app):
     app.connect("builder-inited", check_assets)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("build-finished", copy_assets)
+    app.connect("build-finished", write_theme_assets)
+    app.add_css_file(THEME_CSS)
+    app.add_transform(DiagramFigures)
     app.add_directive("chapter-map", ChapterMapDirective)
     app.add_directive("chapter-times", ChapterTimesDirective)
     app.add_directive("exercise-table", ExerciseTableDirective)

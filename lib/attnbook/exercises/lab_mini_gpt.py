@@ -2,7 +2,9 @@
 
 The learner's modules name their parameters as the book does (``W_q``, ``W_k``, ``W_v``, ``W_o``; ``norm_1``,
 ``attn``, ``norm_2``, ``W_1``, ``W_2``; ``tok_emb``, ``pos_emb``, ``blocks``, ``norm_f``, ``lm_head``); a checker
-builds the library's version, gives it the learner's weights, and compares the outputs.
+builds the library's version, gives it the learner's weights, and compares the outputs. Before copying, it
+overwrites each of those weights with seeded random values (:func:`_randomise`), so that the learner's own
+initialisation (zeros, a constant, the identity) cannot make a wrong forward agree with the reference.
 """
 from __future__ import annotations
 
@@ -72,9 +74,39 @@ def _has_bias(layer: nn.Linear) -> bool:
 
 
 @torch.no_grad()
-def _copy_attention(exercise: str, learner, target: MultiHeadAttention, d: int) -> None:
-    for name in ("W_q", "W_k", "W_v", "W_o"):
-        src = _linear(exercise, learner, name, d, d)
+def _randomise(g: torch.Generator, *layers: nn.Module) -> None:
+    """Overwrite, in place, the weights of the learner's layers that a checker copies by name with random values
+    drawn from ``g`` (never from the learner's random state).
+
+    A zero W_o or W_v silences the attention, zero W_q and W_k make every score equal, an identity W_o hides a
+    missing projection, a zero position table hides missing positions, and LayerNorm's initial gain 1 and shift 0
+    make two norms interchangeable; random values leave none of these blind spots. Linear layers get nn.Linear's
+    own scale, U(-1/sqrt(in), 1/sqrt(in)); embeddings N(0, 1); norms gains in [0.5, 1.5] and shifts N(0, 0.2).
+    Weights shared between layers (a tied lm_head) stay shared: they take the last value written.
+    """
+    for layer in layers:
+        if isinstance(layer, nn.LayerNorm):
+            weight, bias = layer.weight, layer.bias
+            if weight is not None:
+                weight.uniform_(0.5, 1.5, generator=g)
+            if bias is not None:
+                bias.normal_(0.0, 0.2, generator=g)
+        elif isinstance(layer, nn.Linear):
+            bound = layer.in_features ** -0.5
+            for p in (layer.weight, layer.bias):
+                if p is not None:
+                    p.uniform_(-bound, bound, generator=g)
+        elif isinstance(layer, nn.Embedding):
+            layer.weight.normal_(0.0, 1.0, generator=g)
+        else:
+            raise TypeError(f"cannot randomise a {type(layer).__name__}")
+
+
+@torch.no_grad()
+def _copy_attention(exercise: str, learner, target: MultiHeadAttention, d: int, g: torch.Generator) -> None:
+    layers = [_linear(exercise, learner, name, d, d) for name in ("W_q", "W_k", "W_v", "W_o")]
+    _randomise(g, *layers)
+    for name, src in zip(("W_q", "W_k", "W_v", "W_o"), layers):
         getattr(target, name).load_state_dict(src.state_dict())
 
 
@@ -94,7 +126,7 @@ def check_causal_self_attention(cls, d_model: int = 16, n_heads: int = 4) -> Res
     bias = _has_bias(_linear(exercise, module, "W_q", d_model, d_model))
     with _seeded(1):
         ref = MultiHeadAttention(d_model, n_heads, bias=bias).eval()
-    _copy_attention(exercise, module, ref, d_model)
+    _copy_attention(exercise, module, ref, d_model, torch.Generator().manual_seed(2))
     H, Dh = n_heads, d_model // n_heads
 
     def heads(x, W):
@@ -142,23 +174,18 @@ def check_causal_self_attention(cls, d_model: int = 16, n_heads: int = 4) -> Res
 # --- 2. the block ---------------------------------------------------------------------------------
 
 @torch.no_grad()
-def _copy_block(exercise: str, learner, target: EncoderBlock, d: int, d_ff: int) -> None:
+def _copy_block(exercise: str, learner, target: EncoderBlock, d: int, d_ff: int, g: torch.Generator) -> None:
     attn = getattr(learner, "attn", None)
     if not isinstance(attn, nn.Module):
         raise ExerciseFailed(exercise, "your block needs an attribute `attn`, its CausalSelfAttention.")
-    _copy_attention(exercise, attn, target.self_attn, d)
-    target.norm_1.load_state_dict(_norm(exercise, learner, "norm_1", d).state_dict())
-    target.norm_2.load_state_dict(_norm(exercise, learner, "norm_2", d).state_dict())
-    target.ffn.W_1.load_state_dict(_linear(exercise, learner, "W_1", d, d_ff).state_dict())
-    target.ffn.W_2.load_state_dict(_linear(exercise, learner, "W_2", d_ff, d).state_dict())
-
-
-def _randomise_norms(*norms) -> None:
-    with torch.no_grad():
-        for norm in norms:
-            norm.weight.uniform_(0.5, 1.5)
-            if norm.bias is not None:
-                norm.bias.normal_(0.0, 0.2)
+    _copy_attention(exercise, attn, target.self_attn, d, g)
+    pairs = [(_norm(exercise, learner, "norm_1", d), target.norm_1),
+             (_norm(exercise, learner, "norm_2", d), target.norm_2),
+             (_linear(exercise, learner, "W_1", d, d_ff), target.ffn.W_1),
+             (_linear(exercise, learner, "W_2", d_ff, d), target.ffn.W_2)]
+    _randomise(g, *(src for src, _ in pairs))
+    for src, dst in pairs:
+        dst.load_state_dict(src.state_dict())
 
 
 def check_block(cls, d_model: int = 16, n_heads: int = 4, activation: str = "relu") -> Result:
@@ -171,8 +198,7 @@ def check_block(cls, d_model: int = 16, n_heads: int = 4, activation: str = "rel
     with _seeded(1):
         ref = EncoderBlock(d_model, n_heads, w1.out_features, mlp=activation, norm_position="pre",
                            bias=_has_bias(w1)).eval()
-        _randomise_norms(_norm(exercise, module, "norm_1", d_model), _norm(exercise, module, "norm_2", d_model))
-    _copy_block(exercise, module, ref, d_model, w1.out_features)
+    _copy_block(exercise, module, ref, d_model, w1.out_features, torch.Generator().manual_seed(2))
     act = {"relu": F.relu, "gelu": F.gelu}[activation]
     other = {"relu": F.gelu, "gelu": F.relu}[activation]
     attn = lambda h: ref.self_attn(h, is_causal=True)  # noqa: E731
@@ -222,20 +248,20 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
                                mlp=activation, bias=_has_bias(w1), tie_weights=False)
     with _seeded(1):
         ref = GPT(config).eval()
-    with torch.no_grad(), _seeded(2):
+    weights = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # all four before copying any: a tied lm_head and tok_emb share one weight
+        _randomise(weights, module.tok_emb, module.pos_emb, _norm(exercise, module, "norm_f", D), head)
         ref.embed.token.load_state_dict(module.tok_emb.state_dict())
         ref.embed.position.table.load_state_dict(module.pos_emb.state_dict())
         ref.lm_head.weight.copy_(head.weight)
-        _randomise_norms(_norm(exercise, module, "norm_f", D))
         ref.norm_f.load_state_dict(module.norm_f.state_dict())
-        for ours, theirs in zip(ref.blocks, blocks):
-            _randomise_norms(_norm(exercise, theirs, "norm_1", D), _norm(exercise, theirs, "norm_2", D))
-            _copy_block(exercise, theirs, ours, D, w1.out_features)
+        for ours, theirs in zip(ref.blocks, blocks):  # one after the other: one Block repeated keeps the last
+            _copy_block(exercise, theirs, ours, D, w1.out_features, weights)
 
-    def variant(idx, *, positions=True, final_norm=True):
+    def variant(idx, *, positions=True, final_norm=True, repeated=False):
         x = ref.embed.token(idx) + (ref.embed.position(idx.shape[1]) if positions else 0.0)
         for block in ref.blocks:
-            x = block(x, is_causal=True)
+            x = (ref.blocks[-1] if repeated else block)(x, is_causal=True)
         return ref.lm_head(ref.norm_f(x) if final_norm else x)
 
     g = torch.Generator().manual_seed(5)
@@ -245,6 +271,9 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
                 lambda idx: variant(idx, positions=False)),
         Mistake("the final LayerNorm is missing: logits = lm_head(norm_f(x)).",
                 lambda idx: variant(idx, final_norm=False)),
+        Mistake("every layer is the same Block: nn.ModuleList([Block(...)] * n_layers) repeats one module "
+                "(and its weights); build a new Block for each layer, nn.ModuleList(Block(...) for _ in "
+                "range(n_layers)).", lambda idx: variant(idx, repeated=True)),
     ]
     with torch.no_grad():
         result = check_function(module, exercise=exercise, reference=ref, cases=cases, mistakes=mistakes,
@@ -266,12 +295,12 @@ def _probs(logits, temperature=1.0, top_k=None):
 
 
 def check_next_token_probs(fn) -> Result:
-    """``fn(logits, temperature, top_k)``: softmax(logits / T) restricted to the k largest (top_k=None: all)."""
+    """``fn(logits, temperature, top_k)``: softmax(logits / τ) restricted to the k largest (top_k=None: all)."""
     g = torch.Generator().manual_seed(2)
     cases = [(torch.randn(2, 7, generator=g), 1.0, None), (torch.randn(3, 10, generator=g) * 2, 0.5, None),
              (torch.randn(2, 10, generator=g), 1.0, 3), (torch.randn(4, 6, generator=g), 2.0, 2)]
     mistakes = [
-        Mistake("the logits are multiplied by the temperature; divide them: softmax(logits / T).",
+        Mistake("the logits are multiplied by the temperature; divide them: softmax(logits / τ).",
                 lambda z, t, k: _probs(z * t * t, t, k)),
         Mistake("top_k is ignored: keep the k largest logits and set the others to -inf before the softmax.",
                 lambda z, t, k: _probs(z, t, None)),
@@ -297,6 +326,8 @@ def check_generate(fn, model: GPT | None = None) -> Result:
 
     def run(idx, n):
         return fn(model, idx.clone(), n, T, top_k=1)
+
+    run.__wrapped__ = fn  # so that an error's hint quotes the learner's line, not this one
 
     def reference(idx, n):
         return model.generate(idx, n, temperature=0)

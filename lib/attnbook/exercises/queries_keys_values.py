@@ -106,7 +106,7 @@ def check_softmax_temperature(fn) -> Result:
         (torch.tensor([1000.0, 999.0, 990.0], dtype=torch.float64), 1.0),  # large scores: needs the max trick
     ]
     mistakes = [
-        Mistake("the scores are multiplied by the temperature; divide them by it, softmax(scores / T).",
+        Mistake("the scores are multiplied by the temperature; divide them by it, softmax(scores / τ).",
                 lambda s, t: torch.softmax(s * t, dim=-1)),
         Mistake("the softmax is over the wrong axis: normalise over the last dimension (dim=-1).",
                 lambda s, t: torch.softmax(s / t, dim=0)),

@@ -14,7 +14,7 @@ def _images(g: torch.Generator, *shape) -> torch.Tensor:
 
 
 def check_patchify(fn) -> Result:
-    """``fn(images, patch_size)``: (B, C, H, W) -> (B, N, C*P*P), patches row by row, each flattened (c, i, j)."""
+    """``fn(images, patch_size)``: (B, C, H, W) -> (B, T, C*P*P), patches row by row, each flattened (c, i, j)."""
     g = torch.Generator().manual_seed(10)
     cases = [
         (_images(g, 2, 1, 4, 4), 2),
@@ -89,7 +89,7 @@ def check_vit_large_parameters(answer) -> Result:
             ("the heads do not multiply the parameters: the H heads share W_q, W_k, W_v (each D x D, one block of "
              "D/H columns per head), so attention has 4 (D^2 + D) parameters per layer whatever H is.",
              float(total + L * 4 * (H - 1) * D * D)),
-            ("the class token and the position embeddings are missing: (N + 1) * D + D more, with N = 196 patches.",
+            ("the class token and the position embeddings are missing: (T + 1) * D + D more, with T = 196 patches.",
              float(total - counts["class token"] - counts["position embeddings"])),
         ])
 
