@@ -1110,6 +1110,64 @@ def _(s):
     return measure.format_bytes, dict(n=Num(3.0 * 1024 ** s.e))
 
 
+def _gpt_for_counting(s):
+    config = models.TransformerConfig(vocab_size=11, block_size=8, n_layers=s.L, n_heads=2, d_model=8 * s.D,
+                                      bias=False, mlp="relu")
+    return models.GPT(config)
+
+
+@spec("measure.transformer_flops", measure.transformer_flops, dict(L=(1, 3), D=(1, 3), T=(1, 8)), half=False,
+      reference=lambda call, model, seq_len: measure.TransformerFlops(
+          n=12 * model.config.n_layers * model.config.d_model ** 2, n_layers=model.config.n_layers, seq_len=seq_len,
+          d_attn=model.config.d_model, dense=24 * model.config.n_layers * model.config.d_model ** 2,
+          attention=4 * model.config.n_layers * seq_len * model.config.d_model, deembedding=2 * model.config.d_model * 11))
+def _(s):
+    return measure.transformer_flops, dict(model=Obj(_gpt_for_counting(s)), seq_len=Int(s.T))
+
+
+def _activation_bytes_reference(call, config, batch_size, seq_len, attention, bytes_per_element):
+    D, F, H = config.d_model, config.d_ff, config.n_heads
+    hidden = 1 if config.mlp == "relu" else 2
+    if attention == "explicit":
+        return batch_size * seq_len * ((8 * D + hidden * F + 2 * H * seq_len) * bytes_per_element + 16)
+    return batch_size * seq_len * ((8 * D + hidden * F) * bytes_per_element + 4 * (H + 4))
+
+
+@spec("measure.activation_bytes", measure.activation_bytes, dict(B=(1, 3), T=(1, 6), D=(1, 3), e=(0, 1)), half=False,
+      reference=_activation_bytes_reference)
+def _(s):
+    config = models.TransformerConfig(vocab_size=11, n_heads=2, d_model=8 * s.D, bias=False,
+                                      mlp=("relu", "gelu")[s.e])
+    return measure.activation_bytes, dict(config=Obj(config), batch_size=Int(s.B), seq_len=Int(s.T),
+                                          attention=Choice(("fused", "explicit")[s.e]), bytes_per_element=Int(2 + 2 * s.e))
+
+
+def _exp_of(n):
+    """A function whose graph keeps one tensor of n float32 numbers for the backward pass (exp keeps its output)."""
+    x = torch.ones(n, requires_grad=True)
+    forward = lambda: torch.exp(x)  # noqa: E731
+    forward.bytes = 4 * n
+    return forward
+
+
+@spec("measure.saved_tensor_bytes", measure.saved_tensor_bytes, dict(n=(1, 16)), half=False,
+      reference=lambda call, fn, exclude: fn.bytes)
+def _(s):
+    return measure.saved_tensor_bytes, dict(fn=Obj(_exp_of(s.n)), exclude=Const(()))
+
+
+def _entropy_reference(call, weights, start):
+    w = weights[:, :, start:].double()
+    return -(w * w.clamp_min(1e-30).log()).sum(-1).mean(dim=(0, 2))
+
+
+@spec("measure.attention_entropy", measure.attention_entropy, dict(B=(1, 3), H=(1, 3), T=(2, 6)),
+      reference=_entropy_reference)
+def _(s):
+    return measure.attention_entropy, dict(weights=Tensor(s.B, s.H, s.T, s.T, seq=2, positive=True, scale=0.3),
+                                           start=Int(1))
+
+
 # --- running a case -----------------------------------------------------------------------------------
 
 def _convert(value, dtype):
@@ -1277,6 +1335,7 @@ EXCLUDED = {
     "seq2seq.PrefixTable": "a hand-made table of probabilities for the decoding examples (test_seq2seq)",
     "measure.Timing": "the result type of time_fn",
     "measure.TensorMemoryTracker": "the context manager behind peak_memory, exercised through it",
+    "measure.TransformerFlops": "the result type of transformer_flops",
 }
 
 

@@ -134,6 +134,9 @@ ALLOWED: dict[str, dict[str, str]] = {
     "13": {
         "Masked language modelling hides 15% of the tokens": "BERT's masking recipe, quoted in the summary",
     },
+    "14": {
+        "The notes also give default hyperparameters": "the lecture notes' defaults, quoted to qualify them",
+    },
     "15": {
         "50% accuracy, by construction": "arithmetic: equal logits for the two answers give one of each pair right",
         "CLIP learned from 400 million pairs": "the CLIP paper's training set, batch size and temperature",

@@ -464,6 +464,9 @@ def attention_entropy(weights: torch.Tensor, *, start: int = 0) -> torch.Tensor:
     """
     _checks.tensor("weights", weights, ndim=4, floating=True)
     start = _checks.positive_int("start", start, minimum=0)
+    if weights.numel() == 0:
+        raise ValueError(f"weights is empty: shape {_checks.shape_str(weights.shape)}; expected (B, H, Tq, Tk) "
+                         "with at least one batch entry, head, query and key")
     if start >= weights.shape[2]:
         raise ValueError(f"start must be smaller than the number of queries Tq={weights.shape[2]}, got {start}")
     w = weights[:, :, start:].float()  # (B, H, Tq - start, Tk)
