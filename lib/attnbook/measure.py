@@ -468,7 +468,10 @@ def attention_entropy(weights: torch.Tensor, *, start: int = 0) -> torch.Tensor:
         raise ValueError(f"weights is empty: shape {_checks.shape_str(weights.shape)}; expected (B, H, Tq, Tk) "
                          "with at least one batch entry, head, query and key")
     if start >= weights.shape[2]:
-        raise ValueError(f"start must be smaller than the number of queries Tq={weights.shape[2]}, got {start}")
-    w = weights[:, :, start:].float()  # (B, H, Tq - start, Tk)
+        raise ValueError(f"start must be smaller than the number of queries of weights, Tq={weights.shape[2]} "
+                         f"(shape {_checks.shape_str(weights.shape)}), got {start}")
+    w = weights[:, :, start:]  # (B, H, Tq - start, Tk)
+    if w.dtype in (torch.float16, torch.bfloat16):
+        w = w.float()  # the logarithm and the sum in float32
     entropy = -(w * w.clamp_min(1e-30).log()).sum(-1)  # (B, H, Tq - start)
     return entropy.mean(dim=(0, 2))  # (H,)
