@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import inspect
 import math
 import re
@@ -59,7 +60,7 @@ from attnbook.data import Vocab
 
 MODULES = {"attention": attention, "positional": positional, "blocks": blocks, "models": models, "flash": flash,
            "vit": vit, "rnn": rnn, "seq2seq": seq2seq, "measure": measure, "graphs": graphs,
-           "audio": audio, "contrastive": contrastive, "lora": lora}
+           "audio": audio, "contrastive": contrastive, "lora": lora, "pretrain": pretrain}
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype
 TOL = {torch.float64: 1e-8, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
@@ -1777,6 +1778,180 @@ def _(s):
         out is args["model"] and not any(p.requires_grad for p in out.parameters())))
 def _(s):
     return lora.freeze, dict(model=Obj(blocks.FeedForward(s.D, 4)))
+
+
+# pretrain -------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _hf_mlm_tokenizer(mask_id: int):
+    """A Hugging Face tokenizer of 258 ids ([PAD], [MASK], the 256 bytes) whose mask token has id ``mask_id``."""
+    from transformers import PreTrainedTokenizerFast
+    tok = bpe.BPETokenizer([], specials=["[PAD]", "[MASK]"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok.to_hf(), pad_token="[PAD]", mask_token=tok.id_to_token[mask_id])
+
+
+def _hf_mlm_mask(call, ids, mask_id, vocab_size, special_ids, p, mask_prob, random_prob, generator):
+    """Hugging Face's DataCollatorForLanguageModeling with the same probabilities and generator state."""
+    from transformers import DataCollatorForLanguageModeling
+    collator = DataCollatorForLanguageModeling(_hf_mlm_tokenizer(mask_id), mlm_probability=p,
+                                               mask_replace_prob=mask_prob, random_replace_prob=random_prob)
+    collator.generator = generator
+    return collator.torch_mask_tokens(ids.clone(), special_tokens_mask=torch.isin(ids, torch.tensor(special_ids)))
+
+
+@spec("pretrain.mlm_mask", pretrain.mlm_mask, dict(B=(1, 3), T=(1, 6), mask=(0, 1), p=(0, 2)), reference=_hf_mlm_mask,
+      half=False)
+def _(s):
+    return pretrain.mlm_mask, dict(ids=Ids(s.B, s.T, vocab=258), mask_id=Int(s.mask), vocab_size=Int(258),
+                                   special_ids=IntList([0], high=257), p=Num([0.3, 0.7, 1.0][s.p]), mask_prob=Num(0.6),
+                                   random_prob=Num(0.2), generator=Gen())
+
+
+class Labels(Ids):
+    """Token ids to predict, with IGNORE_INDEX (not predicted) at random positions."""
+
+    def make(self, g):
+        ids = super().make(g)
+        return ids.masked_fill(torch.rand(ids.shape, generator=g) < 0.4, pretrain.IGNORE_INDEX)
+
+
+def _naive_mlm_loss(call, logits, labels):
+    """The mean of logsumexp(logits) - logit of the label over the predicted positions (0 when there is none)."""
+    terms = [torch.logsumexp(logits[b, t], 0) - logits[b, t, labels[b, t]]
+             for b in range(labels.shape[0]) for t in range(labels.shape[1]) if labels[b, t] != pretrain.IGNORE_INDEX]
+    return torch.stack(terms).mean() if terms else torch.zeros((), dtype=logits.dtype)
+
+
+@spec("pretrain.mlm_loss", pretrain.mlm_loss, dict(B=(1, 3), T=(1, 4), V=(1, 6)), reference=_naive_mlm_loss)
+def _(s):
+    return pretrain.mlm_loss, dict(logits=Tensor(s.B, s.T, s.V, seq=1), labels=Labels(s.B, s.T, vocab=s.V))
+
+
+@spec("pretrain.MLMHead", pretrain.MLMHead, dict(B=(1, 3), T=(1, 4), V=(1, 6), D=(1, 5)))
+def _(s):
+    return _module(lambda: pretrain.MLMHead(nn.Embedding(s.V, s.D))), dict(h=Tensor(s.B, s.T, s.D, seq=1))
+
+
+def _lengths_of(s, T):
+    return IntList([max(1, T - b) for b in range(s.B)], high=T)
+
+
+PRETRAIN = dict(B=(1, 3), T=(1, 6), variant=(0, 2), lengths=(0, 1))
+
+
+@spec("pretrain.MaskedLM", pretrain.MaskedLM, PRETRAIN)
+def _(s):
+    return _module(lambda: pretrain.MaskedLM(_config(**MODEL_VARIANTS[s.variant]))), dict(
+        ids=Ids(s.B, s.T, vocab=11), lengths=_lengths_of(s, s.T) if s.lengths else Const(None))
+
+
+@spec("pretrain.MaskedLM.loss", pretrain.MaskedLM.loss, PRETRAIN,
+      reference=lambda call, inputs, labels, lengths: _naive_mlm_loss(None, call.__self__(inputs, lengths), labels))
+def _(s):
+    model = _module(lambda: pretrain.MaskedLM(_config(**MODEL_VARIANTS[s.variant])))
+    return model.loss, dict(inputs=Ids(s.B, s.T, vocab=11), labels=Labels(s.B, s.T, vocab=11),
+                            lengths=_lengths_of(s, s.T) if s.lengths else Const(None))
+
+
+@spec("pretrain.SequenceClassifier", pretrain.SequenceClassifier, {**PRETRAIN, "C": (1, 3)})
+def _(s):
+    return _module(lambda: pretrain.SequenceClassifier(models.Encoder(_config(**MODEL_VARIANTS[s.variant])), s.C)), \
+        dict(ids=Ids(s.B, s.T, vocab=11), lengths=_lengths_of(s, s.T) if s.lengths else Const(None))
+
+
+def _naive_pad(call, sequences, pad_id, max_len):
+    cut = [list(x)[:max_len] if max_len is not None else list(x) for x in sequences]
+    T = max(map(len, cut))
+    return torch.tensor([x + [pad_id] * (T - len(x)) for x in cut]), torch.tensor([len(x) for x in cut])
+
+
+@spec("pretrain.pad", pretrain.pad, dict(B=(1, 3), T=(1, 5), cut=(0, 1)), reference=_naive_pad, half=False)
+def _(s):
+    return pretrain.pad, dict(sequences=IntLists([1 + (s.T + b) % s.T for b in range(s.B)], high=11), pad_id=Int(3),
+                              max_len=Int(max(1, s.T - 1)) if s.cut else Const(None))
+
+
+def _classifier(s):
+    return _module(lambda: pretrain.SequenceClassifier(models.Encoder(_config()), 3))
+
+
+def _naive_accuracy(call, model, ids, lengths, labels, batch_size):
+    """The share of sequences whose largest logit (one sequence at a time, cut to its length) is its label."""
+    right = [int(model(ids[i:i + 1, :int(lengths[i])], lengths[i:i + 1]).argmax()) == int(labels[i])
+             for i in range(ids.shape[0])]
+    return sum(right) / len(right)
+
+
+@spec("pretrain.accuracy", pretrain.accuracy, dict(N=(1, 5), T=(1, 6), batch=(1, 3)), reference=_naive_accuracy,
+      half=False)
+def _(s):
+    return pretrain.accuracy, dict(model=Obj(_classifier(s)), ids=Ids(s.N, s.T, vocab=11),
+                                   lengths=Ids(s.N, vocab=s.T + 1, low=1, seq=None), labels=Ids(s.N, vocab=3, seq=None),
+                                   batch_size=Int(s.batch))
+
+
+def _check_history(out, args):
+    """A training run's history: one finite loss and learning rate per step."""
+    assert isinstance(out, train.History) and out.step == list(range(args["steps"])) and not out.diverged
+    assert len(out.loss) == len(out.lr) == args["steps"] and all(map(math.isfinite, out.loss + out.lr))
+
+
+@spec("pretrain.fit_classifier", pretrain.fit_classifier, dict(N=(1, 5), T=(1, 6), steps=(1, 3), batch=(1, 3)),
+      check=_check_history, half=False)
+def _(s):
+    return pretrain.fit_classifier, dict(model=Obj(_classifier(s)), ids=Ids(s.N, s.T, vocab=11),
+                                         lengths=Ids(s.N, vocab=s.T + 1, low=1, seq=None),
+                                         labels=Ids(s.N, vocab=3, seq=None), steps=Int(s.steps),
+                                         batch_size=Int(s.batch), lr=Num(1e-3))
+
+
+@spec("pretrain.fit_mlm", pretrain.fit_mlm, dict(N=(1, 4), T=(1, 8), steps=(1, 3), batch=(1, 3)),
+      check=_check_history, half=False)
+def _(s):
+    return pretrain.fit_mlm, dict(model=Obj(_module(lambda: pretrain.MaskedLM(_config()))),
+                                  sequences=IntLists([1 + (s.T + i) % s.T for i in range(s.N)], high=11),
+                                  pad_id=Int(0), mask_id=Int(1), steps=Int(s.steps), batch_size=Int(s.batch),
+                                  lr=Num(1e-3), quiet=Const(True))
+
+
+WORDS = "abcXYZ é!,'-0 "
+
+
+def _scanned_words(call, text, min_len, max_len, lower):
+    """Runs of the ASCII letters, found one character at a time."""
+    words, word = [], ""
+    for c in text + " ":
+        if "a" <= c <= "z" or "A" <= c <= "Z":
+            word += c
+        elif word:
+            words.append(word)
+            word = ""
+    words = [w.lower() if lower else w for w in words]
+    return [w for w in words if min_len <= len(w) and (max_len is None or len(w) <= max_len)]
+
+
+@spec("pretrain.words_of", pretrain.words_of, dict(n=(0, 30), lo=(1, 3), hi=(0, 4), lower=(0, 1)),
+      reference=_scanned_words, half=False)
+def _(s):
+    return pretrain.words_of, dict(text=Text(length=s.n, alphabet=WORDS), min_len=Int(s.lo),
+                                   max_len=Int(s.hi) if s.hi else Const(None), lower=Const(bool(s.lower)))
+
+
+def _check_shuffled_words(out, args):
+    """One text per distinct word: label 0 the word itself, label 1 a rearrangement of its letters that is no
+    word of the list; the letters of the two classes together are exactly those of the words."""
+    texts, labels = out
+    words = sorted(set(args["words"]))
+    assert len(texts) == len(labels) == len(words) and set(labels) <= {0, 1}
+    assert sorted(sorted(t) for t in texts) == sorted(sorted(w) for w in words)
+    assert all((t in words) == (label == 0) for t, label in zip(texts, labels))
+
+
+@spec("pretrain.shuffled_word_task", pretrain.shuffled_word_task, dict(n=(1, 6), seed=(0, 3)),
+      check=_check_shuffled_words, half=False)
+def _(s):
+    vocabulary = ["stone", "notes", "onset", "tap", "pat", "apt", "noon", "a", "ab", "listen"]
+    return pretrain.shuffled_word_task, dict(words=Texts(vocabulary[:s.n] * 2), seed=Int(s.seed), tries=Int(20))
 
 
 # --- running a case -----------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def test_shuffled_word_task_keeps_the_letters_and_only_changes_their_order():
 def test_pad_and_errors():
     ids, lengths = pretrain.pad([[3, 4, 5], [6]], PAD, max_len=2)
     assert ids.tolist() == [[3, 4], [6, PAD]] and lengths.tolist() == [2, 1]
-    with pytest.raises(ValueError, match="sequence 1 is empty"):
+    with pytest.raises(ValueError, match=r"sequences\[1\] must be a non-empty list of token ids"):
         pretrain.pad([[3], []], PAD)
     clf = pretrain.SequenceClassifier(models.Encoder(small_config()), 2)
     with pytest.raises(ValueError, match="one row per example"):
