@@ -34,15 +34,22 @@ excluded with a reason), the anchors check each spec's valid call deterministica
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import copy
 import dataclasses
 import functools
+import hashlib
 import inspect
-import math
-import re
 import itertools
+import math
+import os
+import pathlib
+import re
+import shutil
+import tempfile
 import traceback
+import unicodedata
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -60,11 +67,14 @@ from attnbook.data import Vocab
 
 MODULES = {"attention": attention, "positional": positional, "blocks": blocks, "models": models, "flash": flash,
            "vit": vit, "rnn": rnn, "seq2seq": seq2seq, "measure": measure, "graphs": graphs,
-           "audio": audio, "contrastive": contrastive, "lora": lora, "pretrain": pretrain}
+           "audio": audio, "contrastive": contrastive, "lora": lora, "pretrain": pretrain,
+           "bpe": bpe, "data": data}
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype
 TOL = {torch.float64: 1e-8, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
 HUGE = 1e4
+FILES = pathlib.Path(tempfile.mkdtemp(prefix="attnbook-api-"))  # files the calls read (removed at exit)
+atexit.register(shutil.rmtree, FILES, ignore_errors=True)
 STATS: collections.Counter = collections.Counter()  # (spec, outcome) -> generated cases
 
 
@@ -1287,6 +1297,13 @@ def _(s):
     return measure.format_bytes, dict(n=Num(3.0 * 1024 ** s.e))
 
 
+def _garbage_file() -> pathlib.Path:
+    """A file of bytes that are neither UTF-8 nor JSON."""
+    path = FILES / "garbage.bin"
+    path.write_bytes(bytes(range(256)) * 3)
+    return path
+
+
 # graphs ---------------------------------------------------------------------------------------------------
 
 def _nx_graph(adjacency):
@@ -1952,6 +1969,554 @@ def _check_shuffled_words(out, args):
 def _(s):
     vocabulary = ["stone", "notes", "onset", "tap", "pat", "apt", "noon", "a", "ab", "listen"]
     return pretrain.shuffled_word_task, dict(words=Texts(vocabulary[:s.n] * 2), seed=Int(s.seed), tries=Int(20))
+
+
+# bpe ------------------------------------------------------------------------------------------------------
+
+TEXT = "ab cé日\n 1'!sx"  # letters, an accent, a CJK character, spaces, a newline, a digit, a clitic's apostrophe
+
+
+def _hf_pieces(text):
+    """Hugging Face's byte-level pre-tokenizer (GPT-2's pattern, no prefix space): the pieces of ``text``."""
+    from tokenizers import pre_tokenizers
+    return [piece for piece, _ in pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True).pre_tokenize_str(text)]
+
+
+def _check_byte_table(out, args):
+    """256 distinct characters, Hugging Face's byte-level alphabet; the ASCII bytes as Hugging Face writes them;
+    the printable bytes themselves and the others U+0100 on, in byte order."""
+    from tokenizers import pre_tokenizers
+    assert sorted(out) == list(range(256)) and set(out.values()) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert all([out[b]] == _hf_pieces(chr(b)) for b in range(128) if not chr(b).isspace() or chr(b) == " ")
+    printable = [b for b in range(256) if chr(b).isprintable() and b != 32 and b != 173]
+    assert all(out[b] == chr(b) for b in printable)
+    others = [b for b in range(256) if b not in printable]
+    assert [out[b] for b in others] == [chr(256 + i) for i in range(len(others))]
+
+
+@spec("bpe.bytes_to_unicode", bpe.bytes_to_unicode, {}, check=_check_byte_table, half=False, examples=1)
+def _(s):
+    return bpe.bytes_to_unicode, {}
+
+
+@spec("bpe.pretokenize", bpe.pretokenize, dict(n=(0, 24)), reference=lambda call, text: _hf_pieces(text), half=False)
+def _(s):
+    return bpe.pretokenize, dict(text=Text(length=s.n, alphabet=TEXT))
+
+
+@spec("bpe.word_counts", bpe.word_counts, dict(n=(0, 24), several=(0, 1)), half=False,
+      reference=lambda call, texts: collections.Counter(
+          piece for text in ([texts] if isinstance(texts, str) else texts) for piece in _hf_pieces(text)))
+def _(s):
+    text = Text(length=s.n, alphabet=TEXT, corruptions=("bytes", "number", "none"))
+    return bpe.word_counts, dict(texts=Texts(["ab cd", "a b", "日"]) if s.several else text)
+
+
+def _replaced_pair(call, word, a, b, new):
+    """Every (a, b) replaced left to right, without overlaps: str.replace on the ids written <id>."""
+    written = "".join(f"<{i}>" for i in word).replace(f"<{a}><{b}>", f"<{new}>")
+    return [int(i) for i in re.findall(r"<(-?\d+)>", written)]
+
+
+@spec("bpe.merge_pair", bpe.merge_pair, dict(n=(0, 8), a=(0, 2), b=(0, 2)), reference=_replaced_pair, half=False)
+def _(s):
+    word = [(i * 7 + s.n) % 3 for i in range(s.n)]
+    return bpe.merge_pair, dict(word=IntList(word, high=2), a=Int(s.a), b=Int(s.b), new=Int(9))
+
+
+def _naive_merges(call, counts, vocab, vocab_size, min_frequency):
+    """BPE by its definition: recount every adjacent pair of every word (times its count) before each merge;
+    the most frequent pair wins, ties to the smallest (left id, right id); stop below max(1, min_frequency)."""
+    vocab = list(vocab)
+    ids = {t: i for i, t in enumerate(vocab)}
+    words, freqs = [[ids[c] for c in w] for w in counts], list(counts.values())
+    merges = []
+    while len(vocab) < vocab_size:
+        pairs = collections.Counter()
+        for w, f in zip(words, freqs):
+            for pair in zip(w, w[1:]):
+                pairs[pair] += f
+        if not pairs:
+            break
+        (a, b), count = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        if count < max(1, min_frequency):
+            break
+        if vocab[a] + vocab[b] not in ids:
+            ids[vocab[a] + vocab[b]] = len(vocab)
+            vocab.append(vocab[a] + vocab[b])
+        merges.append((vocab[a], vocab[b]))
+        words = [_replaced_pair(None, w, a, b, ids[vocab[a] + vocab[b]]) for w in words]
+    return merges, vocab
+
+
+def _counts_of(s):
+    return dict(bpe.word_counts("".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))))
+
+
+@spec("bpe.learn_merges", bpe.learn_merges, dict(n=(0, 30), more=(0, 8), freq=(0, 2)), reference=_naive_merges,
+      half=False)
+def _(s):
+    alphabet = sorted(bpe.bytes_to_unicode().values())
+    return bpe.learn_merges, dict(counts=Counts(_counts_of(s)), vocab=Texts(alphabet), vocab_size=Int(256 + s.more),
+                                  min_frequency=Int(s.freq))
+
+
+def _trained(text, vocab_size, specials, min_frequency):
+    """The merges learned, and the tokenizer's ids of a fixed sample."""
+    tokenizer = bpe.BPETokenizer.train(text, vocab_size, specials=specials, min_frequency=min_frequency)
+    return tokenizer.merges, tokenizer.id_to_token, tokenizer.encode("a cab, 日 b1")
+
+
+def _hf_trained(call, text, vocab_size, specials, min_frequency):
+    """Hugging Face tokenizers trained with the same settings: its merges, vocabulary and ids of the sample."""
+    hf = bpe.train_hf(text, vocab_size, specials=specials, min_frequency=min_frequency)
+    vocab = sorted(hf.get_vocab().items(), key=lambda kv: kv[1])
+    return bpe.hf_merges(hf), [t for t, _ in vocab], hf.encode("a cab, 日 b1").ids
+
+
+@spec("bpe.BPETokenizer.train", bpe.BPETokenizer, dict(n=(0, 30), more=(0, 8), freq=(0, 2), specials=(0, 2)),
+      reference=_hf_trained, half=False)
+def _(s):
+    specials = ["[PAD]", "[MASK]"][:s.specials]
+    text = "".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))
+    return _trained, dict(text=Text(text), vocab_size=Int(256 + s.specials + s.more),
+                          specials=Texts(specials, corruptions=("one str", "numbers")), min_frequency=Int(s.freq))
+
+
+class Merges(Arg):
+    """A list of merges (pairs of tokens); changed, a merge of a token not yet defined, a triple, a string."""
+
+    corruptions = ("undefined", "triple", "str")
+
+    def __init__(self, merges):
+        self.merges = list(merges)
+
+    def make(self, g):
+        return list(self.merges)
+
+    def corrupt(self, v, how, g):
+        return {"undefined": [("no such", "token")] + v, "triple": [("a", "b", "c")] + v, "str": "ab"}[how]
+
+
+def _vocabulary(merges, specials):
+    return bpe.BPETokenizer(merges, specials).id_to_token
+
+
+def _vocabulary_reference(call, merges, specials):
+    """The special tokens, Hugging Face's 256 byte characters sorted, then each merged token new so far."""
+    from tokenizers import pre_tokenizers
+    out = list(specials) + sorted(pre_tokenizers.ByteLevel.alphabet())
+    return out + list(dict.fromkeys(a + b for a, b in merges if a + b not in out))
+
+
+@spec("bpe.BPETokenizer", bpe.BPETokenizer, dict(n=(0, 30), more=(0, 8), specials=(0, 2)),
+      reference=_vocabulary_reference, half=False)
+def _(s):
+    merges, _ = bpe.learn_merges(_counts_of(s), sorted(bpe.bytes_to_unicode().values()), 256 + s.more)
+    return _vocabulary, dict(merges=Merges(merges), specials=Texts(["[PAD]", "[MASK]"][:s.specials],
+                                                                   corruptions=("one str", "numbers")))
+
+
+@functools.lru_cache(maxsize=None)
+def _tokenizers():
+    """A tokenizer trained on a small corpus, and Hugging Face's trained the same way."""
+    corpus = "the cat sat on the mat; 日本 café 12 'tis the cat's\n" * 3
+    return bpe.BPETokenizer.train(corpus, 290, specials=["[PAD]"]), bpe.train_hf(corpus, 290, specials=["[PAD]"])
+
+
+@spec("bpe.BPETokenizer.encode", bpe.BPETokenizer.encode, dict(n=(0, 24)), half=False,
+      reference=lambda call, text: _tokenizers()[1].encode(text).ids)
+def _(s):
+    return _tokenizers()[0].encode, dict(text=Text(length=s.n, alphabet=TEXT + "thecat"))
+
+
+def _decoded_reference(call, ids, skip_specials):
+    """Hugging Face's decoder (specials kept unless skipped; its pieces joined with nothing between)."""
+    hf = _tokenizers()[1]
+    ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    pieces, run = [], []
+    for i in ids + [None]:
+        if i is None or i == 0:
+            pieces.append(hf.decode(run))
+            run = []
+            if i == 0 and not skip_specials:
+                pieces.append("[PAD]")
+        else:
+            run.append(i)
+    return "".join(pieces)
+
+
+@spec("bpe.BPETokenizer.decode", bpe.BPETokenizer.decode, dict(n=(0, 10), skip=(0, 1), as_list=(0, 1)),
+      reference=_decoded_reference, half=False)
+def _(s):
+    ids = IntList(torch.randint(290, (s.n,), generator=torch.Generator().manual_seed(s.n)).tolist(), high=289) \
+        if s.as_list else Ids(s.n, vocab=290, seq=0, batch=None)
+    return _tokenizers()[0].decode, dict(ids=ids, skip_specials=Const(bool(s.skip)))
+
+
+def _merges_of_hf(call, text, vocab_size, specials, min_frequency):
+    counts = bpe.word_counts(text)
+    return _naive_merges(None, counts, list(specials) + sorted(bpe.bytes_to_unicode().values()), vocab_size,
+                         min_frequency)[0]
+
+
+@spec("bpe.train_hf", bpe.train_hf, dict(n=(0, 30), more=(0, 8), freq=(0, 2), specials=(0, 1)),
+      reference=_merges_of_hf, half=False)
+def _(s):
+    text = "".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))
+    return (lambda text, vocab_size, specials, min_frequency: bpe.hf_merges(
+        bpe.train_hf(text, vocab_size, specials=specials, min_frequency=min_frequency))), dict(
+        text=Text(text), vocab_size=Int(256 + s.specials + s.more),
+        specials=Texts(["[PAD]"][:s.specials], corruptions=("one str", "numbers")), min_frequency=Int(s.freq))
+
+
+@spec("bpe.hf_merges", bpe.hf_merges, dict(n=(0, 30), more=(0, 8)), half=False,
+      reference=lambda call, hf: _naive_merges(None, bpe.word_counts(hf.text), sorted(bpe.bytes_to_unicode().values()),
+                                               256 + hf.more, 0)[0])
+def _(s):
+    text = "".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))
+    hf = bpe.train_hf(text, 256 + s.more)
+    hf.text, hf.more = text, s.more  # what the reference retrains from
+    return bpe.hf_merges, dict(hf=Obj(hf))
+
+
+@spec("bpe.BPETokenizer.load", bpe.BPETokenizer.load, {}, half=False,
+      reference=lambda call, path: _tokenizers()[0].id_to_token)
+def _(s):
+    path = _tokenizers()[0].save(FILES / "tokenizer.json")
+    return (lambda path: bpe.BPETokenizer.load(path).id_to_token), dict(path=FilePath(path, wrong=_garbage_file()))
+
+
+# data -----------------------------------------------------------------------------------------------------
+
+def _check_fetched(out, args):
+    """The path of a file with the dataset's sha256 (the packaged copy: no download)."""
+    dataset = data.DATASETS[args["name"]]
+    assert out.is_file() and str(out).endswith(dataset.path)
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == dataset.sha256 and out.stat().st_size == dataset.size
+
+
+@spec("data.fetch", data.fetch, dict(which=(0, 1)), check=_check_fetched, half=False, examples=6)
+def _(s):
+    return data.fetch, dict(name=Choice(sorted(data.DATASETS)[s.which]), download=Const(False), timeout=Num(1.0))
+
+
+@spec("data.cache_dir", data.cache_dir, {}, half=False, examples=1,
+      reference=lambda call: pathlib.Path(os.environ.get("ATTNBOOK_CACHE") or pathlib.Path.home() / ".cache" / "attnbook"))
+def _(s):
+    return data.cache_dir, {}
+
+
+@spec("data.packaged_dir", data.packaged_dir, {}, half=False, examples=1,
+      reference=lambda call: pathlib.Path(data.__file__).resolve().parent / "data_files")
+def _(s):
+    return data.packaged_dir, {}
+
+
+@spec("data.sha256_of", data.sha256_of, {}, half=False, examples=6,
+      reference=lambda call, path: hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest())
+def _(s):
+    return data.sha256_of, dict(path=FilePath(_garbage_file()))
+
+
+SENTENCE = "Jʼai  vu\u00a0l'homme, n'est-ce pas ? I'm “fine”. Café \u2009!"
+
+
+def _normalized(call, text):
+    """NFC, typographic apostrophes as ', every run of Unicode white space as one space (str.split), trimmed."""
+    return " ".join(unicodedata.normalize("NFC", text).replace("\u2019", "'").replace("\u2018", "'").split())
+
+
+@spec("data.normalize_text", data.normalize_text, dict(n=(0, 40)), reference=_normalized, half=False)
+def _(s):
+    return data.normalize_text, dict(text=Text(length=s.n, alphabet=SENTENCE + "\u2019\u2018\t\n"))
+
+
+def _check_tokens(out, args):
+    """Nothing lost or invented: the tokens joined are the normalized (lower-cased) text without its spaces;
+    every token a run of word characters (with its clitic apostrophe: before it in English, after it in
+    French) or one other character; characters for "chars"."""
+    text = data.normalize_text(args["text"])
+    text = text.lower() if args["lower"] else text
+    if args["lang"] == "chars":
+        assert out == list(text)
+        return
+    assert all(isinstance(t, str) and t and not t.isspace() for t in out)
+    assert "".join(out) == "".join(text.split())
+    for t in out:
+        word = t.lstrip("'") if args["lang"] == "en" else t.rstrip("'")
+        assert (len(t) == 1 and not t.isalnum() and t != "_") or re.fullmatch(r"\w+", word), t
+
+
+@spec("data.tokenize", data.tokenize, dict(n=(0, 40), lang=(0, 2), lower=(0, 1)), check=_check_tokens, half=False)
+def _(s):
+    return data.tokenize, dict(text=Text(length=s.n, alphabet=SENTENCE), lang=Choice(["en", "fr", "chars"][s.lang]),
+                               lower=Const(bool(s.lower)))
+
+
+@spec("data.detokenize", data.detokenize, dict(n=(0, 40), lang=(0, 2)), half=False,
+      reference=lambda call, tokens, lang: tokens)
+def _(s):
+    lang = ["en", "fr", "chars"][s.lang]
+    text = "".join(SENTENCE[(i * 7 + s.n) % len(SENTENCE)] for i in range(s.n))
+    return (lambda tokens, lang: data.tokenize(data.detokenize(tokens, lang), lang)), dict(
+        tokens=Texts(data.tokenize(text, lang), corruptions=("one str", "numbers", "nested")), lang=Choice(lang))
+
+
+def _vocab_of(tokens, ids):
+    """The vocabulary built from tokens, then the encoding of tokens and the decoding of ids."""
+    vocab = data.Vocab(tokens)
+    return vocab.itos, vocab.encode(tokens + ["never seen"]), vocab.decode(ids)
+
+
+def _vocab_reference(call, tokens, ids):
+    """<pad> <unk> <bos> <eos>, then each new token in order; unknown tokens -> 1; decoding up to <eos>, without
+    <pad> and <bos>."""
+    itos = ["<pad>", "<unk>", "<bos>", "<eos>"] + [t for t in dict.fromkeys(tokens) if t not in ("<pad>", "<unk>", "<bos>", "<eos>")]
+    ids = list(ids)
+    ids = ids[:ids.index(3)] if 3 in ids else ids
+    return itos, [itos.index(t) if t in itos else 1 for t in tokens + ["never seen"]], [itos[i] for i in ids if i not in (0, 2)]
+
+
+@spec("data.Vocab", data.Vocab, dict(n=(0, 8), m=(0, 6)), reference=_vocab_reference, half=False)
+def _(s):
+    words = ["le", "chat", "<eos>", "est", "le", "noir"][:s.n] + ["un"] * (s.n > 6)
+    return _vocab_of, dict(tokens=Texts(words, corruptions=("one str", "numbers", "nested")),
+                           ids=IntList([(i * 3) % (4 + len(set(words))) for i in range(s.m)], high=3))
+
+
+def _built(sequences, min_freq):
+    return data.Vocab.build(sequences, min_freq=min_freq).itos
+
+
+def _built_reference(call, sequences, min_freq):
+    counts = collections.Counter(t for seq in sequences for t in seq)
+    kept = sorted((t for t in counts if counts[t] >= min_freq), key=lambda t: (-counts[t], t))
+    return ["<pad>", "<unk>", "<bos>", "<eos>"] + [t for t in kept if t not in ("<pad>", "<unk>", "<bos>", "<eos>")]
+
+
+class Sentences(Arg):
+    """Tokenized sentences (lists of str); changed, sentences as plain strings, numbers among the tokens, none."""
+
+    corruptions = ("strings", "numbers", "one list")
+
+    def __init__(self, sentences):
+        self.sentences = [list(x) for x in sentences]
+
+    def make(self, g):
+        return [list(x) for x in self.sentences]
+
+    def corrupt(self, v, how, g):
+        return {"strings": [" ".join(x) for x in v], "numbers": [[1, 2]] + v, "one list": [t for x in v for t in x]}[how]
+
+
+@spec("data.Vocab.build", data.Vocab.build, dict(n=(0, 5), f=(1, 3)), reference=_built_reference, half=False)
+def _(s):
+    sentences = [["le", "chat"], ["le", "chien", "<pad>"], ["un", "chat"], ["le"], ["a", "b"]][:s.n]
+    return _built, dict(sequences=Sentences(sentences), min_freq=Int(s.f))
+
+
+def _check_pairs_file(out, args):
+    """Every non-empty line of the file as a pair, in order, with its attribution."""
+    lines = [line for line in pathlib.Path(args["path"]).read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert [(p.source, p.target, p.attribution) for p in out] == [tuple((line.split("\t") + [""])[:3]) for line in lines]
+
+
+@spec("data.load_eng_fra", data.load_eng_fra, {}, check=_check_pairs_file, half=False, examples=6)
+def _(s):
+    path = FILES / "pairs.txt"
+    path.write_text("Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org\n\nHi.\tSalut.\n", encoding="utf-8")
+    bad = FILES / "pairs-bad.txt"
+    bad.write_text("Go.\tVa !\none field only\n", encoding="utf-8")
+    return data.load_eng_fra, dict(path=FilePath(path, wrong=bad))
+
+
+def _check_split(out, args):
+    """A partition of the pairs, no source sentence (normalized, lower case) on both sides, the test side
+    max(1, round(test_fraction x distinct sources)) of them."""
+    train_set, test_set = out
+    key = lambda p: data.normalize_text(p.source if isinstance(p, data.SentencePair) else p[0]).lower()  # noqa: E731
+    assert sorted(map(repr, train_set + test_set)) == sorted(map(repr, args["pairs"]))
+    assert not {key(p) for p in train_set} & {key(p) for p in test_set}
+    sources = {key(p) for p in args["pairs"]}
+    assert len({key(p) for p in test_set}) == (max(1, round(args["test_fraction"] * len(sources))) if sources else 0)
+
+
+class PairList(Arg):
+    """Sentence pairs (SentencePair or (source, target) tuples); changed, strings, or pairs of numbers."""
+
+    corruptions = ("strings", "numbers")
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+    def make(self, g):
+        return list(self.pairs)
+
+    def corrupt(self, v, how, g):
+        return ["Go."] + v if how == "strings" else [(1, 2)] + v
+
+
+@spec("data.split_by_source", data.split_by_source, dict(n=(0, 8), f=(1, 8), tuples=(0, 1)), check=_check_split,
+      half=False)
+def _(s):
+    sources = ["Go.", "go.", "Hi.", "Run!", "Wow!", "Hi.", "Fire!", "Help!"][:s.n]
+    pairs = [(x, f"fr {i}") if s.tuples else data.SentencePair(x, f"fr {i}") for i, x in enumerate(sources)]
+    return data.split_by_source, dict(pairs=PairList(pairs), test_fraction=Num(s.f / 10), seed=Int(s.n))
+
+
+def _check_digit_pairs(out, args):
+    """n pairs of digit strings of min_len..max_len digits, each target the task's transformation of its source."""
+    transform = {"copy": lambda x: x, "reverse": lambda x: x[::-1],
+                 "add1": lambda x: "".join("1234567890"[int(c)] for c in x)}[args["task"]]
+    assert len(out) == args["n"]
+    for source, target in out:
+        assert source.isdigit() and args["min_len"] <= len(source) <= args["max_len"] and target == transform(source)
+
+
+@spec("data.digit_pairs", data.digit_pairs, dict(n=(0, 5), lo=(1, 4), more=(0, 3), task=(0, 2)),
+      check=_check_digit_pairs, half=False)
+def _(s):
+    return data.digit_pairs, dict(n=Int(s.n), min_len=Int(s.lo), max_len=Int(s.lo + s.more),
+                                  task=Choice(["copy", "reverse", "add1"][s.task]), seed=Int(s.lo))
+
+
+def _check_date_pairs(out, args):
+    """n pairs: a date written in one of the formats, and the same date in ISO form, within the years."""
+    import datetime
+    patterns = {"long": "%B %d, %Y", "day_first": "%d %B %Y", "numeric": "%d.%m.%Y"}
+    assert len(out) == args["n"]
+    for source, target in out:
+        day = datetime.date.fromisoformat(target)
+        assert args["years"][0] <= day.year <= args["years"][1]
+        assert any(datetime.datetime.strptime(source, patterns[f]).date() == day for f in args["formats"]
+                   if _parses(source, patterns[f]))
+
+
+def _parses(text, pattern):
+    import datetime
+    try:
+        datetime.datetime.strptime(text, pattern)
+        return True
+    except ValueError:
+        return False
+
+
+@spec("data.date_pairs", data.date_pairs, dict(n=(0, 5), formats=(1, 3), y=(1900, 2000), span=(0, 50)),
+      check=_check_date_pairs, half=False)
+def _(s):
+    formats = ["long", "day_first", "numeric"][:s.formats]
+    return data.date_pairs, dict(n=Int(s.n), formats=Texts(formats, corruptions=("one str", "numbers", "empty")),
+                                 years=IntPair(s.y, s.y + s.span), seed=Int(s.span))
+
+
+@spec("data.CharTokenizer", data.CharTokenizer, dict(n=(1, 20)), half=False,
+      reference=lambda call, text: "".join(sorted(set(text))))
+def _(s):
+    text = "".join(SENTENCE[(i * 7 + s.n) % len(SENTENCE)] for i in range(s.n))
+    return (lambda text: data.CharTokenizer.from_text(text).chars), dict(
+        text=Text(text, corruptions=("bytes", "number", "list", "none", "empty")))
+
+
+CHARS = data.CharTokenizer(SENTENCE)
+
+
+@spec("data.CharTokenizer.encode", data.CharTokenizer.encode, dict(n=(0, 20)), half=False,
+      reference=lambda call, text: torch.tensor([CHARS.chars.index(c) for c in text], dtype=torch.long))
+def _(s):
+    return CHARS.encode, dict(text=Text(length=s.n, alphabet=SENTENCE, corruptions=("bytes", "number", "unknown")))
+
+
+@spec("data.CharTokenizer.decode", data.CharTokenizer.decode, dict(n=(0, 20), as_list=(0, 1)), half=False,
+      reference=lambda call, ids: "".join(CHARS.chars[i] for i in ids))
+def _(s):
+    V = len(CHARS)
+    ids = [(i * 5 + s.n) % V for i in range(s.n)]
+    return CHARS.decode, dict(ids=IntList(ids, high=V - 1) if s.as_list else Ids(s.n, vocab=V, seq=0, batch=None))
+
+
+def _check_shakespeare(out, args):
+    """Its 65 characters; the training ids then the validation ids are the whole text, cut at (1 - val_fraction)."""
+    text = data.fetch("tinyshakespeare").read_text(encoding="utf-8")
+    assert out.tokenizer.chars == "".join(sorted(set(text))) and len(out.tokenizer.chars) == 65
+    n_train = int(len(text) * (1 - args["val_fraction"]))
+    assert len(out.train) == n_train and len(out.val) == len(text) - n_train
+    assert out.tokenizer.decode(out.train[:200]) == text[:200] and out.tokenizer.decode(out.val[-200:]) == text[-200:]
+
+
+@spec("data.load_shakespeare", data.load_shakespeare, {}, check=_check_shakespeare, half=False, examples=3)
+def _(s):
+    return data.load_shakespeare, dict(val_fraction=Num(0.1), download=Const(False))
+
+
+def _check_windows(out, args):
+    """batch_size windows of block_size ids of the sequence, each target window the same one shifted by one."""
+    x, y = out
+    ids, B, T = args["ids"], args["batch_size"], args["block_size"]
+    assert x.shape == y.shape == (B, T) and x.dtype == y.dtype == ids.dtype
+    for row_x, row_y in zip(x, y):
+        starts = [i for i in range(len(ids) - T) if torch.equal(ids[i:i + T], row_x) and torch.equal(ids[i + 1:i + T + 1], row_y)]
+        assert starts, (row_x, row_y)
+
+
+@spec("data.lm_batch", data.lm_batch, dict(N=(2, 12), B=(1, 3), T=(1, 4)), check=_check_windows, half=False)
+def _(s):
+    return data.lm_batch, dict(ids=Ids(max(s.N, s.T + 1), vocab=5, seq=0, batch=None), batch_size=Int(s.B),
+                               block_size=Int(s.T), generator=Gen())
+
+
+def _check_adding(out, args):
+    """n sequences (length, 2): values in [0, 1), exactly one marker in each half; targets the marked sums."""
+    x, y = out
+    n, T = args["n"], args["length"]
+    assert x.shape == (n, T, 2) and y.shape == (n,)
+    values, markers = x[..., 0], x[..., 1]
+    assert ((values >= 0) & (values < 1)).all() and set(markers.unique().tolist()) <= {0.0, 1.0}
+    assert (markers[:, :T // 2].sum(1) == 1).all() and (markers[:, T // 2:].sum(1) == 1).all()
+    torch.testing.assert_close(y.double(), (values.double() * markers.double()).sum(1), atol=1e-6, rtol=0)
+
+
+@spec("data.adding_problem", data.adding_problem, dict(n=(1, 4), T=(2, 8)), check=_check_adding, half=False)
+def _(s):
+    return data.adding_problem, dict(n=Int(s.n), length=Int(s.T), generator=Gen())
+
+
+def _check_digits(out, args):
+    """scikit-learn's 1,797 digits / 16, split stratified: every image of the set once, each class in both halves
+    in proportion."""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    images = torch.cat([out.x_train, out.x_test])  # (N, 1, 8, 8)
+    assert images.shape == (1797, 1, 8, 8) and out.classes == tuple(map(str, range(10)))
+    expected = sorted(map(tuple, (torch.tensor(digits.images, dtype=torch.float32) / 16).reshape(-1, 64).tolist()))
+    assert sorted(map(tuple, images.reshape(-1, 64).tolist())) == expected
+    share = torch.bincount(out.y_test, minlength=10) / torch.bincount(torch.cat([out.y_train, out.y_test]))
+    assert (share - args["test_fraction"]).abs().max() < 0.05
+
+
+@spec("data.load_digits", data.load_digits, dict(f=(1, 5), seed=(0, 3)), check=_check_digits, half=False, examples=4)
+def _(s):
+    return data.load_digits, dict(test_fraction=Num(s.f / 10), seed=Int(s.seed))
+
+
+def _check_subset(out, args):
+    """n distinct indices, as many of each class as the classes allow (counts differ by at most one among the
+    classes not used up); nested: the first n of a larger subset."""
+    labels, n = args["labels"], args["n"]
+    assert out.dtype == torch.long and out.shape == (n,) and len(set(out.tolist())) == n
+    counts = collections.Counter(labels[out].tolist())
+    sizes = collections.Counter(labels.tolist())
+    open_classes = [c for c in sizes if counts[c] < sizes[c]]
+    assert all(counts[c] >= max(counts.values(), default=0) - 1 for c in open_classes)
+    if n < len(labels):
+        assert torch.equal(data.balanced_subset(labels, n + 1, seed=args["seed"])[:n], out)
+
+
+@spec("data.balanced_subset", data.balanced_subset, dict(N=(1, 10), C=(1, 4), n=(1, 10)), check=_check_subset,
+      half=False)
+def _(s):
+    return data.balanced_subset, dict(labels=Ids(s.N, vocab=s.C, seq=0, batch=None), n=Int(min(s.n, s.N)),
+                                      seed=Int(s.C))
 
 
 # --- running a case -----------------------------------------------------------------------------------

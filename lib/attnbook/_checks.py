@@ -313,3 +313,11 @@ def int_pair(name: str, value, *, what: str = "(low, high)", minimum: int = 1) -
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError(f"{name} must be a pair {what} of integers, got {value!r}")
     return positive_int(f"{name}[0]", value[0], minimum=minimum), positive_int(f"{name}[1]", value[1], minimum=minimum)
+
+
+def fraction(name: str, value) -> float:
+    """Check that ``value`` is a number strictly between 0 and 1 (a share of a data set); return it as a float."""
+    value = positive_float(name, value)
+    if value >= 1:
+        raise ValueError(f"{name} must be between 0 and 1, got {value}")
+    return value
