@@ -45,6 +45,7 @@ import itertools
 import math
 import os
 import pathlib
+import random
 import re
 import shutil
 import tempfile
@@ -68,7 +69,7 @@ from attnbook.data import Vocab
 MODULES = {"attention": attention, "positional": positional, "blocks": blocks, "models": models, "flash": flash,
            "vit": vit, "rnn": rnn, "seq2seq": seq2seq, "measure": measure, "graphs": graphs,
            "audio": audio, "contrastive": contrastive, "lora": lora, "pretrain": pretrain,
-           "bpe": bpe, "data": data}
+           "bpe": bpe, "data": data, "train": train, "train_lm": train_lm}
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype
 TOL = {torch.float64: 1e-8, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
@@ -2517,6 +2518,185 @@ def _check_subset(out, args):
 def _(s):
     return data.balanced_subset, dict(labels=Ids(s.N, vocab=s.C, seq=0, batch=None), n=Int(min(s.n, s.N)),
                                       seed=Int(s.C))
+
+
+# train ----------------------------------------------------------------------------------------------------
+
+def _seeded_draws(seed):
+    """What the generators give after seed_everything(seed): Python's, NumPy's and PyTorch's next draws."""
+    import numpy as np
+    out = train.seed_everything(seed)
+    return out, random.random(), float(np.random.rand()), torch.rand(2, dtype=torch.float64)
+
+
+def _seeded_reference(call, seed):
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return seed, random.random(), float(np.random.rand()), torch.rand(2, dtype=torch.float64)
+
+
+@spec("train.seed_everything", train.seed_everything, dict(seed=(0, 99)), reference=_seeded_reference, half=False,
+      examples=8)
+def _(s):
+    return _seeded_draws, dict(seed=Int(s.seed))
+
+
+@spec("train.pick_device", train.pick_device, {}, reference=lambda call, prefer: torch.device("cpu"), half=False,
+      examples=4)
+def _(s):
+    return train.pick_device, dict(prefer=Choice("cpu"))
+
+
+@spec("train.progress", train.progress, dict(n=(0, 5)), half=False, examples=8,
+      reference=lambda call, iterable, total, desc, disable: list(iterable))
+def _(s):
+    return (lambda iterable, total, desc, disable: list(train.progress(iterable, total=total, desc=desc,
+                                                                       disable=disable))), dict(
+        iterable=Const(range(s.n)), total=Int(max(s.n, 1)), desc=Text("steps"), disable=Const(True))
+
+
+def _smoothed(loss, window):
+    return train.History(loss=list(loss)).smoothed_loss(window)
+
+
+def _trailing_means(call, loss, window):
+    import numpy as np
+    x = np.asarray(loss, dtype=np.float64)
+    return [float(x[max(0, i - window + 1):i + 1].mean()) for i in range(len(x))]
+
+
+@spec("train.History", train.History, dict(n=(0, 8), w=(1, 4)), reference=_trailing_means, half=False)
+def _(s):
+    return _smoothed, dict(loss=FloatList([float((3 * i) % 5) for i in range(s.n)]), window=Int(s.w))
+
+
+def _check_fit(out, args):
+    """steps finite losses, the learning rates of the schedule, an evaluation every eval_every steps and at the end."""
+    steps, lr, every = args["steps"], args["lr"], args["eval_every"]
+    assert isinstance(out, train.History) and out.step == list(range(steps)) and not out.diverged
+    assert len(out.loss) == steps and all(map(math.isfinite, out.loss))
+    assert out.lr == pytest.approx([lr * (0.5 ** i) for i in range(steps)])
+    assert out.eval_step == [s for s in range(1, steps) if every and s % every == 0] + [steps]
+    assert all(map(math.isfinite, out.evals["mse"]))
+
+
+@spec("train.fit", train.fit, dict(steps=(1, 4), every=(0, 2), clip=(0, 1)), check=_check_fit, half=False)
+def _(s):
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 2), torch.randn(8, 1)
+    return train.fit, dict(
+        model=Obj(nn.Linear(2, 1)), batches=Const(lambda step: (x, y)),
+        loss_fn=Obj(lambda model, batch: F.mse_loss(model(batch[0]), batch[1])), steps=Int(s.steps), lr=Num(0.01),
+        schedule=Obj(lambda step: 0.5 ** step), grad_clip=Num(1.0) if s.clip else Const(None),
+        evaluate=Obj(lambda model: {"mse": float(F.mse_loss(model(x), y))}), eval_every=Int(s.every),
+        quiet=Const(True))
+
+
+@spec("train.inverse_sqrt_schedule", train.inverse_sqrt_schedule, dict(d=(1, 64), w=(1, 6), n=(1, 12)), half=False,
+      reference=lambda call, d_model, warmup_steps, n: [d_model ** -0.5 * min((k + 1) ** -0.5, (k + 1) * warmup_steps ** -1.5)
+                                                        for k in range(n)])
+def _(s):
+    return (lambda d_model, warmup_steps, n: list(map(train.inverse_sqrt_schedule(d_model, warmup_steps), range(n)))), \
+        dict(d_model=Int(s.d), warmup_steps=Int(s.w), n=Const(s.n))
+
+
+def _cosine_reference(call, total_steps, warmup_steps, min_factor, n):
+    def factor(k):
+        if k < warmup_steps:
+            return (k + 1) / (warmup_steps + 1)
+        progress = min(1.0, (k - warmup_steps) / (total_steps - warmup_steps))
+        return min_factor + (1 - min_factor) * (1 + math.cos(math.pi * progress)) / 2
+    return [factor(k) for k in range(n)]
+
+
+@spec("train.cosine_schedule", train.cosine_schedule, dict(total=(2, 10), w=(0, 4), m=(0, 5), n=(1, 14)),
+      reference=_cosine_reference, half=False)
+def _(s):
+    return (lambda total_steps, warmup_steps, min_factor, n: list(map(
+        train.cosine_schedule(total_steps, warmup_steps=warmup_steps, min_factor=min_factor), range(n)))), dict(
+        total_steps=Int(s.total), warmup_steps=Int(min(s.w, s.total - 1)), min_factor=Num(s.m / 5), n=Const(s.n))
+
+
+# train_lm -------------------------------------------------------------------------------------------------
+
+TINY_RUN = dict(n_layers=1, n_heads=2, d_model=8, block_size=8, batch_size=2, steps=3, warmup_steps=1)
+
+
+def _check_train_config(out, args):
+    """The fields as given; the model's configuration from them."""
+    assert isinstance(out, train_lm.TrainConfig)
+    assert all(getattr(out, k) == v for k, v in args.items())
+    model = out.model_config(65)
+    assert (model.n_layers, model.d_model, model.block_size, model.mlp) == (out.n_layers, out.d_model, out.block_size, out.mlp)
+
+
+@spec("train_lm.TrainConfig", train_lm.TrainConfig, dict(L=(1, 3), H=(1, 3), Dh=(1, 3), steps=(2, 9), w=(0, 1),
+                                                         mlp=(0, 1)), check=_check_train_config, half=False)
+def _(s):
+    return train_lm.TrainConfig, dict(n_layers=Int(s.L), n_heads=Int(s.H), d_model=Int(s.H * s.Dh), block_size=Int(8),
+                                      steps=Int(s.steps), warmup_steps=Int(s.w), lr=Num(1e-3), dropout=Num(0.1),
+                                      val_fraction=Num(0.1), beta2=Num(0.99), mlp=Choice(["gelu", "relu"][s.mlp]))
+
+
+def _check_optimizer(out, args):
+    """AdamW: weight decay on the matrices (dim >= 2) only, every trainable parameter once, the config's settings."""
+    model, config = args["model"], args["config"]
+    assert isinstance(out, torch.optim.AdamW)
+    decay, no_decay = out.param_groups
+    params = {id(p): p for p in model.parameters() if p.requires_grad}
+    assert {id(p) for p in decay["params"]} == {i for i, p in params.items() if p.dim() >= 2}
+    assert {id(p) for p in no_decay["params"]} == {i for i, p in params.items() if p.dim() < 2}
+    assert decay["weight_decay"] == config.weight_decay and no_decay["weight_decay"] == 0.0
+    assert all(g["lr"] == config.lr and g["betas"] == (config.beta1, config.beta2) for g in out.param_groups)
+
+
+@spec("train_lm.make_optimizer", train_lm.make_optimizer, dict(variant=(0, 2)), check=_check_optimizer, half=False,
+      examples=6)
+def _(s):
+    model = models.GPT(_config(**MODEL_VARIANTS[s.variant]))
+    return train_lm.make_optimizer, dict(model=Obj(model), config=Obj(train_lm.TrainConfig(**TINY_RUN)))
+
+
+@functools.lru_cache(maxsize=None)
+def _checkpoint() -> pathlib.Path:
+    """The checkpoint of a tiny run before its first step (the trainer reads Tiny Shakespeare: made once)."""
+    path = FILES / "ckpt.pt"
+    train_lm.Trainer(train_lm.TrainConfig(**TINY_RUN), device="cpu").save(path)
+    return path
+
+
+def _wrong_checkpoint() -> pathlib.Path:
+    path = FILES / "not-a-checkpoint.pt"
+    torch.save({"format": "something else"}, path)
+    return path
+
+
+@spec("train_lm.load_checkpoint", train_lm.load_checkpoint, {}, half=False, examples=6,
+      reference=lambda call, path, map_location: torch.load(path, map_location=map_location, weights_only=True))
+def _(s):
+    return train_lm.load_checkpoint, dict(path=FilePath(_checkpoint(), wrong=_wrong_checkpoint()),
+                                          map_location=Const("cpu"))
+
+
+def _loaded_model(path, device):
+    """The rebuilt model's logits on a few ids, and its characters."""
+    model, tokenizer = train_lm.load_model(path, device=device)
+    return model(torch.tensor([[0, 5, 9, 1]])), tokenizer.chars
+
+
+def _loaded_reference(call, path, device):
+    """A GPT of the saved configuration with the saved weights (float64), and the saved characters."""
+    ckpt = torch.load(path, weights_only=True)
+    model = models.GPT(models.TransformerConfig(**ckpt["model_config"]))
+    model.load_state_dict(ckpt["model"])
+    return model.double().eval()(torch.tensor([[0, 5, 9, 1]])), ckpt["chars"]
+
+
+@spec("train_lm.load_model", train_lm.load_model, {}, reference=_loaded_reference, half=False, examples=6)
+def _(s):
+    return _loaded_model, dict(path=FilePath(_checkpoint(), wrong=_wrong_checkpoint()), device=Const("cpu"))
 
 
 # --- running a case -----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def test_pick_device(monkeypatch):
     monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
     assert train.pick_device() == torch.device("cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="device 'cuda' was asked for .* but is not available"):
+        with pytest.raises(ValueError, match="device 'cuda' was asked for .* but is not available"):
             train.pick_device("cuda")
 
 
