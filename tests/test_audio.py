@@ -82,3 +82,13 @@ def test_bad_input_errors():
         audio.noise((10,), kind="pink")
     with pytest.raises(ValueError, match=r"n_fft is needed without center padding"):
         audio.n_frames(100, 10, center=False)
+
+
+def test_half_precision_waves_and_large_phases():
+    wave = torch.randn(2, 300)
+    for dtype in (torch.float16, torch.bfloat16):
+        out = audio.spectrogram(wave.to(dtype))
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.float(), audio.spectrogram(wave.to(dtype).float()), atol=0.05, rtol=0.02)
+    t = np.arange(4000) / 4000.0  # at 1900 Hz the phase reaches 2 pi 1900: in float32 it would be off by ~1e-3
+    np.testing.assert_allclose(audio.tone(1900.0, 4000, 4000.0).numpy(), np.sin(2 * np.pi * 1900.0 * t), atol=1e-6)

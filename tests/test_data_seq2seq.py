@@ -28,6 +28,8 @@ def test_detokenize_inverts_tokenize():
     assert data.detokenize(["j'", "ai", "froid", "!"], "fr") == "j'ai froid !"  # French keeps the space before !
     assert data.detokenize(["qu'", "est", "-", "ce", "?"], "fr") == "qu'est-ce ?"
     assert data.detokenize(list("1992-08-03"), "chars") == "1992-08-03"
+    # an English apostrophe that ends a word keeps the space after it
+    assert data.detokenize(data.tokenize("The dogs' bones.")) == "the dogs' bones."
 
 
 @settings(max_examples=60, deadline=None)

@@ -150,3 +150,13 @@ def test_the_library_imports_without_hugging_face():
             "try:\n    tok.to_hf()\nexcept ImportError:\n    print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+def test_mlm_loss_with_nothing_to_predict_is_zero():
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    with torch.no_grad():
+        logits[0, 0, 0] = math.nan  # a position that is not predicted: inert
+    loss = pretrain.mlm_loss(logits, torch.full((2, 3), pretrain.IGNORE_INDEX))
+    assert loss.item() == 0.0
+    loss.backward()
+    assert (logits.grad == 0).all()

@@ -107,7 +107,7 @@ def retrieval_accuracy(similarity: torch.Tensor, targets: torch.Tensor, *, k: in
         raise ValueError("similarity must be finite (a NaN or infinity has no rank), got a non-finite entry at "
                          f"{tuple((~torch.isfinite(similarity)).nonzero()[0].tolist())}")
     top = similarity.topk(min(k, similarity.shape[1]), dim=-1).indices  # (Q, k)
-    return (top == targets[:, None].to(top.device)).any(dim=-1).float().mean().item()
+    return int((top == targets[:, None].to(top.device)).any(dim=-1).sum()) / similarity.shape[0]
 
 
 class DualEncoder(nn.Module):

@@ -215,7 +215,10 @@ def detokenize(tokens: Sequence[str], lang: str = "en") -> str:
     tokens = _checks.texts("tokens", tokens, what="a list of tokens (str)")
     if lang == "chars":
         return "".join(tokens)
-    text = re.sub(r" ?([-']) ?", r"\1", " ".join(tokens))  # "j' ai" -> "j'ai", "i 'm" -> "i'm", "est - ce" -> "est-ce"
+    text = re.sub(r" ?- ?", "-", " ".join(tokens))  # "est - ce" -> "est-ce"
+    # an apostrophe joins the word it belongs to: English clitics the word before ("i 'm" -> "i'm", "dogs ' bones"
+    # -> "dogs' bones"), French elisions the word after ("j' ai" -> "j'ai")
+    text = text.replace(" '", "'") if lang == "en" else text.replace("' ", "'")
     # no space before closing punctuation; French typography keeps one before ! ? ; :
     return re.sub(r" ([.,)])" if lang == "fr" else r" ([.,!?;:)])", r"\1", text)
 

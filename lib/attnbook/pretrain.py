@@ -92,7 +92,7 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"logits (B, T, V) and labels (B, T) disagree: {_checks.shape_str(logits.shape)} "
                          f"and {_checks.shape_str(labels.shape)}")
     if not bool((labels != IGNORE_INDEX).any()):  # nothing to predict: a zero loss, not 0 / 0 = NaN
-        return logits.sum() * 0.0
+        return logits.flatten()[:0].sum()  # 0, still a function of logits (a NaN elsewhere does not reach it)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
@@ -180,7 +180,7 @@ class MaskedLM(nn.Module):
         h = self.encoder(inputs, mask)  # (B, T, D)
         chosen = labels != IGNORE_INDEX  # (B, T)
         if not bool(chosen.any()):  # nothing to predict (possible in a tiny batch): a zero loss, not NaN
-            return h.sum() * 0.0
+            return h.flatten()[:0].sum()  # 0, still a function of the model
         return F.cross_entropy(self.head(h[chosen]), labels[chosen])  # (n_chosen, V) against (n_chosen,)
 
 
