@@ -274,12 +274,14 @@ def numbers(name: str, values) -> torch.Tensor:
 
 
 def token_ids(name: str, ids, vocab_size: int | None, *, ndim: int | None = None, min_ndim: int | None = None,
-              ignore_index: int | None = None, what: str = "token ids") -> torch.Tensor:
+              ignore_index: int | None = None, what: str = "token ids", values: bool = True) -> torch.Tensor:
     """Check an integer tensor of ids in [0, vocab_size) (>= 0 if ``vocab_size`` is None; entries equal to
-    ``ignore_index`` aside); return it."""
+    ``ignore_index`` aside); return it. ``values=False`` checks the kind only (a traced tensor has no values)."""
     tensor(name, ids, ndim=ndim, min_ndim=min_ndim)
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer {what}, got dtype {ids.dtype}")
+    if not values:
+        return ids
     kept = ids if ignore_index is None else ids[ids != ignore_index]
     if kept.numel() and (int(kept.min()) < 0 or (vocab_size is not None and int(kept.max()) >= vocab_size)):
         also = "" if ignore_index is None else f" (or {ignore_index}: not predicted)"
