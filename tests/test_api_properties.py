@@ -1640,7 +1640,7 @@ def _unit(x):
     """Rows divided by their length (rows shorter than 1e-12 by 1e-12: F.normalize's convention), one at a time."""
     out = torch.zeros_like(x)
     for index in itertools.product(*map(range, x.shape[:-1])):
-        out[index] = x[index] / max(float(x[index].norm()), 1e-12)
+        out[index] = x[index] / max(float(x[index].detach().norm()), 1e-12)
     return out
 
 
