@@ -2,7 +2,8 @@
 
 On every page: no console errors, no request leaves the local server, math is rendered, and every image
 has alt text. On pages with plotly figures: every figure renders, and moving a slider changes its figure.
-On pages with widgets: the widgets render. Every diagram is drawn, numbered, captioned and labelled for
+On pages with widgets: the widgets render. At a laptop's width every display equation and every table of
+the text fits the text column. Every diagram is drawn, numbered, captioned and labelled for
 screen readers. Every page is opened again in dark mode at a phone's width: diagrams and plots take the
 dark colours, widgets keep legible text on the theme's light card, still with no console error. Every
 Colab link points at a notebook that exists in the repository. No chapter page shows a code cell that
@@ -106,11 +107,27 @@ def open_page(browser, url: str, *, requested: list[str] | None = None, mode: st
     return page, errors, outside
 
 
+LAPTOP = {"width": 1280, "height": 720}  # a laptop's screen, with the theme's two sidebars beside the text
+# Display equations (MathJax scrolls one that is too wide) and tables of the text (not cell outputs) that are
+# wider than the text column: [kind, the nearest id, width in px, the column's width].
+TOO_WIDE = """() => {
+  const column = document.querySelector('article.bd-article');
+  if (!column) return [];
+  const width = column.getBoundingClientRect().width, id = el => (el.closest('[id]') || {}).id;
+  const equations = [...column.querySelectorAll('mjx-container[display="true"]')]
+    .filter(m => m.scrollWidth > m.clientWidth + 1).map(m => ['equation', id(m), m.scrollWidth, m.clientWidth]);
+  const tables = [...column.querySelectorAll('table')].filter(t => !t.closest('.cell_output'))
+    .map(t => ['table', id(t), Math.round(t.getBoundingClientRect().width), Math.round(width)])
+    .filter(([, , w]) => w > width + 1);
+  return equations.concat(tables);
+}"""
+
+
 @pytest.mark.parametrize("path", content_pages())
 def test_page(server, browser, path):
     assert (HTML / path).exists(), f"{path} was not built"
     requested: list[str] = []
-    page, errors, outside = open_page(browser, f"{server}/{path}", requested=requested)
+    page, errors, outside = open_page(browser, f"{server}/{path}", requested=requested, viewport=LAPTOP)
     try:
         # Math: every math element is typeset by MathJax, none with an error.
         n_math = page.locator(".math").count()
@@ -120,6 +137,10 @@ def test_page(server, browser, path):
             rendered = page.locator(".math mjx-container").count()
             assert rendered >= n_math, f"{path}: {rendered} of {n_math} math elements rendered by MathJax"
             assert page.locator("mjx-merror").count() == 0, f"{path}: MathJax reported an error"
+        # Nothing of the text is cut at the column's edge on a laptop: split a long equation over aligned
+        # lines, give a table narrower cells (a phone's width may scroll both sideways).
+        wide = page.evaluate(TOO_WIDE)
+        assert wide == [], f"{path}: wider than the text column at {LAPTOP['width']} px: {wide}"
 
         # Plotly: every figure is drawn; moving each slider changes its figure.
         figures = page.locator("div.attnbook-plotly")

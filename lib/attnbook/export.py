@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from . import _checks
+from .measure import format_bytes
 from .models import GPT, TransformerConfig
 
 __all__ = ["FORMAT", "MIME_TYPE", "Exported", "Prompt", "export_dir", "to_onnx", "tagger_to_onnx", "load_meta", "load_torch",
@@ -79,9 +80,9 @@ class Exported:
     meta: dict = field(repr=False)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        size = self.onnx_path.stat().st_size / 1e6
+        size = format_bytes(self.onnx_path.stat().st_size)
         files = ", ".join(p.name for p in (self.meta_path, self.weights_path) if p is not None)
-        text = (f"Exported {self.meta['name']}: {self.onnx_path} ({size:.1f} MB) and {files}. "
+        text = (f"Exported {self.meta['name']}: {self.onnx_path} ({size}) and {files}. "
                 "The HTML book runs this model in the page.")
         return {"text/plain": text,
                 MIME_TYPE: {key: self.meta[key] for key in ("format", "name", "kind", "title", "onnx", "sha256",

@@ -152,12 +152,15 @@ PLOTLY_THEME = """\
 
 
 def theme_css() -> str:
-    """The stylesheet of every page: the diagrams (layout, dark colours) and the chapter map in dark mode.
-    (Widgets need nothing: in dark mode the theme shows them on a light card, with their own dark text.)"""
+    """The stylesheet of every page: numbers glued into the prose, the diagrams (layout, dark colours) and the
+    chapter map in dark mode. (Widgets need nothing: in dark mode the theme shows them on a light card, with
+    their own dark text.)"""
     from .diagrams import svg
 
     dark = 'html[data-theme="dark"]'
     return "\n".join([
+        "/* Numbers glued from the cells read as the text around them (myst-nb sets them in bold). */",
+        "html span.pasted-text{font-weight:inherit}",
         "/* Diagrams: drawn at their own size, scrolled sideways on narrow screens; page background. */",
         ".attnbook-diagram{overflow-x:auto;max-width:100%;margin:0 auto}",
         ".attnbook-diagram svg.abd{display:block;margin:0 auto;width:100%;height:auto}",
