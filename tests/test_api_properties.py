@@ -2178,8 +2178,9 @@ def _decoded_reference(call, ids, skip_specials):
 @spec("bpe.BPETokenizer.decode", bpe.BPETokenizer.decode, dict(n=(0, 10), skip=(0, 1), as_list=(0, 1)),
       reference=_decoded_reference, half=False)
 def _(s):
-    ids = IntList(torch.randint(290, (s.n,), generator=torch.Generator().manual_seed(s.n)).tolist(), high=289) \
-        if s.as_list else Ids(s.n, vocab=290, seq=0, batch=None)
+    V = len(_tokenizers()[0])
+    ids = IntList(torch.randint(V, (s.n,), generator=torch.Generator().manual_seed(s.n)).tolist(), high=V - 1) \
+        if s.as_list else Ids(s.n, vocab=V, seq=0, batch=None)
     return _tokenizers()[0].decode, dict(ids=ids, skip_specials=Const(bool(s.skip)))
 
 

@@ -88,6 +88,9 @@ def clip_loss(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, sca
 def retrieval_accuracy(similarity: torch.Tensor, targets: torch.Tensor, *, k: int = 1) -> float:
     """The fraction of queries (rows) whose right answer is among the k most similar candidates (columns).
 
+    A query counts as right when fewer than k candidates are strictly more similar than its answer (ties
+    count in its favour, so the result does not depend on how a sort orders equal values).
+
     Shapes:
         similarity: (Q, C), higher = more similar
         targets:    (Q,) the index of each query's right candidate
@@ -106,8 +109,9 @@ def retrieval_accuracy(similarity: torch.Tensor, targets: torch.Tensor, *, k: in
     if not torch.isfinite(similarity).all():
         raise ValueError("similarity must be finite (a NaN or infinity has no rank), got a non-finite entry at "
                          f"{tuple((~torch.isfinite(similarity)).nonzero()[0].tolist())}")
-    top = similarity.topk(min(k, similarity.shape[1]), dim=-1).indices  # (Q, k)
-    return int((top == targets[:, None].to(top.device)).any(dim=-1).sum()) / similarity.shape[0]
+    own = similarity.gather(1, targets[:, None].to(similarity.device))  # (Q, 1): each query's right answer
+    rank = (similarity > own).sum(dim=-1)  # (Q,): candidates strictly more similar
+    return int((rank < k).sum()) / similarity.shape[0]
 
 
 class DualEncoder(nn.Module):
