@@ -1546,7 +1546,7 @@ def _numpy_spectrogram(call, wave, n_fft, hop_length, log):
     return torch.from_numpy(out).reshape(*wave.shape[:-1], *out.shape[1:])
 
 
-@spec("audio.spectrogram", audio.spectrogram, dict(B=(1, 2), n=(5, 40), n_fft=(2, 10), hop=(1, 6), log=(0, 1)),
+@spec("audio.spectrogram", audio.spectrogram, dict(B=(1, 2), n=(6, 40), n_fft=(2, 10), hop=(1, 6), log=(0, 1)),
       reference=_numpy_spectrogram)
 def _(s):
     return audio.spectrogram, dict(wave=Tensor(s.B, s.n, seq=1), n_fft=Int(s.n_fft), hop_length=Int(s.hop),
