@@ -34,6 +34,10 @@ def test_n_frames():
     x = torch.randn(1000)
     assert torch.stft(x, 50, 7, window=torch.hann_window(50), center=False, return_complex=True).shape[-1] == \
         audio.n_frames(1000, 7, n_fft=50, center=False)
+    y = torch.randn(1001)  # 143 hops of 7: centred, an odd n_fft pads n_fft - 1 samples in all, an even one n_fft
+    for n_fft in (49, 50):
+        assert torch.stft(y, n_fft, 7, window=torch.hann_window(n_fft), return_complex=True).shape[-1] == \
+            audio.n_frames(1001, 7, n_fft=n_fft)
 
 
 def test_a_tone_peaks_at_its_frequency_and_chirps_move():
@@ -76,5 +80,15 @@ def test_bad_input_errors():
         audio.spectrogram(torch.ones(100, dtype=torch.long))
     with pytest.raises(ValueError, match=r"kind must be 'white' or 'brown'"):
         audio.noise((10,), kind="pink")
-    with pytest.raises(ValueError, match=r"needs n_fft"):
+    with pytest.raises(ValueError, match=r"n_fft is needed without center padding"):
         audio.n_frames(100, 10, center=False)
+
+
+def test_half_precision_waves_and_large_phases():
+    wave = torch.randn(2, 300)
+    for dtype in (torch.float16, torch.bfloat16):
+        out = audio.spectrogram(wave.to(dtype))
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.float(), audio.spectrogram(wave.to(dtype).float()), atol=0.05, rtol=0.02)
+    t = np.arange(4000) / 4000.0  # at 1900 Hz the phase reaches 2 pi 1900: in float32 it would be off by ~1e-3
+    np.testing.assert_allclose(audio.tone(1900.0, 4000, 4000.0).numpy(), np.sin(2 * np.pi * 1900.0 * t), atol=1e-6)

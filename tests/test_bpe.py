@@ -139,9 +139,9 @@ def test_bad_input_gets_clear_errors(tmp_path):
         bpe.BPETokenizer.train("abc", 100)
     with pytest.raises(TypeError, match="text must be a str"):
         bpe.BPETokenizer([]).encode(b"bytes")
-    with pytest.raises(ValueError, match="id 300 is outside the vocabulary"):
+    with pytest.raises(ValueError, match=r"ids must hold token ids in \[0, 256\), got values from 300 to 300"):
         bpe.BPETokenizer([]).decode([300])
-    with pytest.raises(ValueError, match="merge 0"):
+    with pytest.raises(ValueError, match=r"merges\[0\] = \('ab', 'c'\) must be a pair of tokens defined before it"):
         bpe.BPETokenizer([("ab", "c")])
     with pytest.raises(ValueError, match="specials must be distinct"):
         bpe.BPETokenizer([], ["[PAD]", "[PAD]"])

@@ -85,3 +85,8 @@ def test_dual_encoder_trains_to_match_pairs():
 def test_bad_input_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_retrieval_accuracy_is_the_exact_fraction():
+    similarity = torch.eye(5, dtype=torch.float64)
+    assert contrastive.retrieval_accuracy(similarity, torch.tensor([0, 1, 2, 0, 0])) == 3 / 5

@@ -148,5 +148,5 @@ def test_failed_download_says_how_to_provide_the_file(isolated, monkeypatch):
 
 
 def test_unknown_name():
-    with pytest.raises(KeyError, match=r"unknown dataset 'nope'; known datasets: .*eng-fra.*tinyshakespeare"):
+    with pytest.raises(ValueError, match=r"name must be a known dataset \(eng-fra, tinyshakespeare\), got 'nope'"):
         data.fetch("nope")

@@ -184,3 +184,18 @@ def test_message_passing_cannot_tell_the_two_kinds_of_graph_apart():
 def test_bad_input_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_the_smallest_gap_still_makes_rings_and_odd_inputs_are_refused():
+    batch = graphs.two_ring_graphs(20, (6, 7), min_ring=3, min_gap=1, seed=1)
+    for b in range(len(batch)):
+        n = int(batch.n_nodes[b])
+        degrees = batch.adjacency[b, :n, :n].sum(-1)
+        assert (degrees == 2).all(), "every node on a ring of at least 3 nodes (a ring of 2 is one edge)"
+    with pytest.raises(ValueError, match=r"distances must be shortest-path lengths >= 0 or -1 \(unreachable\), got -2"):
+        graphs.DistanceBias(2, 3)(torch.tensor([[0, -2], [-2, 0]]))
+    with pytest.raises(TypeError, match=r"edges must be a list of pairs \(i, j\) of node indices or a tensor \(E, 2\), "
+                                        r"got dtype torch.float32"):
+        graphs.adjacency_from_edges([(0.5, 1.0)], 3)
+    with pytest.raises(ValueError, match=r"edges must be pairs \(i, j\) of node indices, shape \(E, 2\), got shape \(1, 3\)"):
+        graphs.adjacency_from_edges([(0, 1, 2)], 3)

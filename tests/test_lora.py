@@ -62,5 +62,5 @@ def test_errors():
         lora.LoRALinear(nn.Conv1d(2, 2, 1))
     with pytest.raises(ValueError, match="r must be at most min"):
         lora.LoRALinear(nn.Linear(4, 3), r=5)
-    with pytest.raises(ValueError, match="no nn.Linear named"):
+    with pytest.raises(ValueError, match="targets must name nn.Linear layers of the model"):
         lora.add_lora(nn.Sequential(nn.Linear(2, 2)), ("W_q",))

@@ -153,7 +153,7 @@ def test_gpt_input_errors():
     model = GPT(tiny(block_size=8))
     with pytest.raises(ValueError, match="longer than the model's block_size=8"):
         model(ids(1, 9))
-    with pytest.raises(ValueError, match=r"token ids outside \[0, 11\)"):
+    with pytest.raises(ValueError, match=r"must hold token ids in \[0, 11\)"):
         model(torch.tensor([[1, 2, 11]]))
     with pytest.raises(TypeError, match="integer token ids"):
         model(torch.zeros(1, 3))
@@ -161,7 +161,7 @@ def test_gpt_input_errors():
         model(torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="temperature must be >= 0"):
         model.generate(ids(1, 3), 2, temperature=-1.0)
-    with pytest.raises(ValueError, match=r"token ids outside \[0, 11\)"):
+    with pytest.raises(ValueError, match=r"must hold token ids in \[0, 11\)"):
         model.generate(torch.tensor([[1, 20]]), 2)
 
 

@@ -133,7 +133,7 @@ def test_shuffled_word_task_keeps_the_letters_and_only_changes_their_order():
 def test_pad_and_errors():
     ids, lengths = pretrain.pad([[3, 4, 5], [6]], PAD, max_len=2)
     assert ids.tolist() == [[3, 4], [6, PAD]] and lengths.tolist() == [2, 1]
-    with pytest.raises(ValueError, match="sequence 1 is empty"):
+    with pytest.raises(ValueError, match=r"sequences\[1\] must be a non-empty list of token ids"):
         pretrain.pad([[3], []], PAD)
     clf = pretrain.SequenceClassifier(models.Encoder(small_config()), 2)
     with pytest.raises(ValueError, match="one row per example"):
@@ -150,3 +150,13 @@ def test_the_library_imports_without_hugging_face():
             "try:\n    tok.to_hf()\nexcept ImportError:\n    print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+def test_mlm_loss_with_nothing_to_predict_is_zero():
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    with torch.no_grad():
+        logits[0, 0, 0] = math.nan  # a position that is not predicted: inert
+    loss = pretrain.mlm_loss(logits, torch.full((2, 3), pretrain.IGNORE_INDEX))
+    assert loss.item() == 0.0
+    loss.backward()
+    assert (logits.grad == 0).all()

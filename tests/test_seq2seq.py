@@ -303,7 +303,7 @@ def test_translate_maps_unknown_words_and_handles_empty_input():
 def test_bad_input_errors():
     model = make_model()
     src = random_src(2, 4)
-    with pytest.raises(ValueError, match=r"src holds ids outside the vocabulary \[0, 8\]"):
+    with pytest.raises(ValueError, match=r"src must hold token ids in \[0, 9\)"):
         model(src + 20, None, random_src(2, 3, V=8))
     with pytest.raises(TypeError, match="src must hold integer token ids"):
         model(src.double(), None, random_src(2, 3, V=8))
@@ -315,7 +315,7 @@ def test_bad_input_errors():
         model(src, torch.tensor([4]), random_src(2, 3, V=8))
     with pytest.raises(ValueError, match="same batch size"):
         model(src, None, random_src(3, 3, V=8))
-    with pytest.raises(ValueError, match="tgt_in holds ids outside"):
+    with pytest.raises(ValueError, match=r"tgt_in must hold token ids in \[0, \d+\)"):
         model(src, None, random_src(2, 3, V=8) + 10)
     with pytest.raises(ValueError, match="beam_search decodes one sentence"):
         seq2seq.beam_search(model, src, beam_width=2, max_len=3)

@@ -27,7 +27,7 @@ def test_pick_device(monkeypatch):
     monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
     assert train.pick_device() == torch.device("cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="device 'cuda' was asked for .* but is not available"):
+        with pytest.raises(ValueError, match="device 'cuda' was asked for .* but is not available"):
             train.pick_device("cuda")
 
 
@@ -79,3 +79,9 @@ def test_fit_rejects_bad_arguments():
         train.fit(model, [], lambda m, b: m(b).sum(), steps=0)
     with pytest.raises(ValueError, match="grad_clip must be > 0, got -1"):
         train.fit(model, [], lambda m, b: m(b).sum(), steps=1, grad_clip=-1)
+
+
+def test_the_smoothed_loss_forgets_a_non_finite_step_once_it_leaves_the_window():
+    history = train.History(loss=[math.nan, 1.0, 2.0, 3.0, 4.0])
+    smoothed = history.smoothed_loss(2)
+    assert all(math.isnan(v) for v in smoothed[:2]) and smoothed[2:] == [1.5, 2.5, 3.5]

@@ -159,3 +159,167 @@ def as_integers(name: str, values, *, what: str = "a list or tensor of integers"
     if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
         raise TypeError(f"{name} must be {what}, got dtype {out.dtype}")
     return out
+
+
+def instance(name: str, value, kind, what: str, *, optional: bool = False):
+    """Check that ``value`` is an instance of ``kind`` (described as ``what``), or None if ``optional``; return it."""
+    if (value is None and optional) or isinstance(value, kind):
+        return value
+    raise TypeError(f"{name} must be {what}{' or None' if optional else ''}, got {type(value).__name__}")
+
+
+def module(name: str, value, kind=torch.nn.Module, what: str = "a torch.nn.Module"):
+    """Check that ``value`` is a module (of ``kind``); return it."""
+    return instance(name, value, kind, what)
+
+
+def generator(name: str, value) -> torch.Generator | None:
+    """Check that ``value`` is a ``torch.Generator`` or None; return it."""
+    return instance(name, value, torch.Generator, "a torch.Generator (e.g. torch.Generator().manual_seed(0))",
+                    optional=True)
+
+
+def function(name: str, value, *, optional: bool = False):
+    """Check that ``value`` can be called (or is None if ``optional``); return it."""
+    if (value is None and optional) or callable(value):
+        return value
+    raise TypeError(f"{name} must be a function{' or None' if optional else ''}, got {type(value).__name__}")
+
+
+def text(name: str, value, *, nonempty: bool = False) -> str:
+    """Check that ``value`` is a str (not empty if ``nonempty``); return it."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if nonempty and not value:
+        raise ValueError(f"{name} must be a non-empty str, got ''")
+    return value
+
+
+def texts(name: str, values, *, what: str = "a list of str", nonempty: bool = False) -> list[str]:
+    """Check that ``values`` is a list or tuple of str (not one str); return it as a list."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name} must be {what}, got {type(values).__name__}")
+    wrong = [v for v in values if not isinstance(v, str)]
+    if wrong:
+        raise TypeError(f"{name} must be {what}, got an element {wrong[0]!r} ({type(wrong[0]).__name__})")
+    if nonempty and not values:
+        raise ValueError(f"{name} must not be empty")
+    return list(values)
+
+
+def file(name: str, path):
+    """Check that ``path`` (a str or a path) names an existing file; return it as a ``pathlib.Path``."""
+    import os
+    from pathlib import Path
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (a str or a pathlib.Path), got {type(path).__name__}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{name} must be an existing file, got {str(path)!r} "
+                                f"({'a folder' if path.is_dir() else 'no such file'})")
+    return path
+
+
+def real(name: str, value) -> float:
+    """Check that ``value`` is a finite real number (a Python number or a one-element tensor); return it as a float."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def scalar(name: str, value, *, positive: bool = False):
+    """Check that ``value`` is a finite real number or a one-element floating tensor (> 0 if ``positive``);
+    return it unchanged (a tensor keeps its gradient)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or not value.is_floating_point():
+            raise TypeError(f"{name} must be a number or a one-element floating tensor, got a tensor of dtype "
+                            f"{value.dtype} and shape {shape_str(value.shape)}")
+        number = float(value.detach())
+        if not math.isfinite(number):
+            raise ValueError(f"{name} must be finite, got {number}")
+    else:
+        number = real(name, value)
+    if positive and not number > 0:
+        raise ValueError(f"{name} must be > 0, got {number}")
+    return value
+
+
+def probability(name: str, value) -> float:
+    """Check that ``value`` is a number in [0, 1]; return it as a float."""
+    value = positive_float(name, value, allow_zero=True)
+    if value > 1:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+    return value
+
+
+def numbers(name: str, values) -> torch.Tensor:
+    """Finite real numbers: a number, a list of numbers or a real tensor, as a float64 tensor."""
+    if isinstance(values, torch.Tensor):
+        if values.is_complex() or values.dtype == torch.bool:
+            raise TypeError(f"{name} must hold real numbers, got dtype {values.dtype}")
+        out = values.detach().to(torch.float64)
+    else:
+        if isinstance(values, (bool, str, bytes)):
+            raise TypeError(f"{name} must be a number or a tensor of numbers, got {values!r}")
+        try:
+            out = torch.as_tensor(values, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be a number or a tensor of numbers, got {values!r:.80}") from None
+    if not torch.isfinite(out).all():
+        raise ValueError(f"{name} must be finite, got {values!r:.80}")
+    return out
+
+
+def token_ids(name: str, ids, vocab_size: int | None, *, ndim: int | None = None, min_ndim: int | None = None,
+              ignore_index: int | None = None, what: str = "token ids", values: bool = True) -> torch.Tensor:
+    """Check an integer tensor of ids in [0, vocab_size) (>= 0 if ``vocab_size`` is None; entries equal to
+    ``ignore_index`` aside); return it. ``values=False`` checks the kind only (a traced tensor has no values)."""
+    tensor(name, ids, ndim=ndim, min_ndim=min_ndim)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer {what}, got dtype {ids.dtype}")
+    if not values:
+        return ids
+    kept = ids if ignore_index is None else ids[ids != ignore_index]
+    if kept.numel() and (int(kept.min()) < 0 or (vocab_size is not None and int(kept.max()) >= vocab_size)):
+        also = "" if ignore_index is None else f" (or {ignore_index}: not predicted)"
+        where = ">= 0" if vocab_size is None else f"in [0, {vocab_size})"
+        raise ValueError(f"{name} must hold {what} {where}{also}, got values from {int(kept.min())} "
+                         f"to {int(kept.max())}")
+    return ids
+
+
+def same_dtype(*named: tuple[str, torch.Tensor]) -> None:
+    """Check that the tensors ``named`` = (name, tensor), ... have one dtype."""
+    first_name, first = named[0]
+    for name, x in named[1:]:
+        if x.dtype != first.dtype:
+            raise TypeError(f"{first_name} and {name} must have the same dtype, got {first.dtype} and {x.dtype}; "
+                            f"convert one of them ({name}.to({first.dtype}))")
+
+
+def broadcast(*named: tuple[str, torch.Tensor], what: str = "shapes") -> tuple[int, ...]:
+    """The shape the tensors ``named`` = (name, tensor), ... broadcast to; a clear error if they do not."""
+    try:
+        return tuple(torch.broadcast_shapes(*(tuple(x.shape) for _, x in named)))
+    except RuntimeError:
+        shapes = ", ".join(f"{n} {shape_str(x.shape)}" for n, x in named)
+        raise ValueError(f"{' and '.join(n for n, _ in named)} must have {what} that broadcast together, "
+                         f"got {shapes}") from None
+
+
+def int_pair(name: str, value, *, what: str = "(low, high)", minimum: int = 1) -> tuple[int, int]:
+    """Check that ``value`` is a pair of integers >= ``minimum`` (a tuple or list of two); return it as a tuple."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{name} must be a pair {what} of integers, got {value!r}")
+    return positive_int(f"{name}[0]", value[0], minimum=minimum), positive_int(f"{name}[1]", value[1], minimum=minimum)
+
+
+def fraction(name: str, value) -> float:
+    """Check that ``value`` is a number strictly between 0 and 1 (a share of a data set); return it as a float."""
+    value = positive_float(name, value)
+    if value >= 1:
+        raise ValueError(f"{name} must be between 0 and 1, got {value}")
+    return value

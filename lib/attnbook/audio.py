@@ -27,21 +27,23 @@ def n_frames(n_samples: int, hop_length: int, *, n_fft: int | None = None, cente
     """The number of STFT frames of a signal of ``n_samples`` samples.
 
     With ``center=True`` (``torch.stft``'s default) the signal is padded by n_fft // 2 on each side so
-    that frame t is centred on sample t * hop_length: 1 + n_samples // hop_length frames. Without
+    that frame t is centred on sample t * hop_length: 1 + n_samples // hop_length frames for an even n_fft
+    (the default when ``n_fft`` is not given), 1 + (n_samples - 1) // hop_length for an odd one. Without
     padding, 1 + (n_samples - n_fft) // hop_length.
 
     Chapter: beyond text.
     """
     n_samples = _checks.positive_int("n_samples", n_samples)
     hop_length = _checks.positive_int("hop_length", hop_length)
-    if center:
-        return 1 + n_samples // hop_length
     if n_fft is None:
-        raise ValueError("n_frames without center padding needs n_fft")
+        if not center:
+            raise ValueError("n_fft is needed without center padding (center=False), got None")
+        return 1 + n_samples // hop_length  # an even n_fft: the padding adds n_fft in all
     n_fft = _checks.positive_int("n_fft", n_fft)
-    if n_samples < n_fft:
-        raise ValueError(f"a signal of {n_samples} samples is shorter than one frame (n_fft={n_fft})")
-    return 1 + (n_samples - n_fft) // hop_length
+    padded = n_samples + 2 * (n_fft // 2) if center else n_samples  # an odd n_fft pads n_fft - 1 in all
+    if padded < n_fft:
+        raise ValueError(f"n_samples={n_samples} is shorter than one frame (n_fft={n_fft})")
+    return 1 + (padded - n_fft) // hop_length
 
 
 def spectrogram(wave: torch.Tensor, n_fft: int = 64, hop_length: int = 32, *, log: bool = True) -> torch.Tensor:
@@ -49,7 +51,8 @@ def spectrogram(wave: torch.Tensor, n_fft: int = 64, hop_length: int = 32, *, lo
 
     Frame t (centred on sample t * hop_length, the signal reflected at its ends) is multiplied by a
     periodic Hann window of n_fft samples and Fourier-transformed; bin f of the result is the frequency
-    f * sample_rate / n_fft, for f = 0 .. n_fft / 2.
+    f * sample_rate / n_fft, for f = 0 .. n_fft / 2. Half-precision waves are transformed in float32 (the
+    FFT has no half-precision kernel on the CPU) and the result is returned in their dtype.
 
     Shapes:
         wave:   (..., n_samples)
@@ -63,49 +66,62 @@ def spectrogram(wave: torch.Tensor, n_fft: int = 64, hop_length: int = 32, *, lo
     if wave.shape[-1] <= n_fft // 2:
         raise ValueError(f"wave must have more than n_fft // 2 = {n_fft // 2} samples (the reflection padding), "
                          f"got shape {_checks.shape_str(wave.shape)}")
-    batch = wave.shape[:-1]
+    batch, dtype = wave.shape[:-1], wave.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        wave = wave.float()
     window = torch.hann_window(n_fft, dtype=wave.dtype, device=wave.device)  # (n_fft,)
     X = torch.stft(wave.reshape(-1, wave.shape[-1]), n_fft, hop_length, window=window, center=True,
                    pad_mode="reflect", return_complex=True)  # (N, n_fft // 2 + 1, n_frames)
     magnitude = X.abs().reshape(*batch, *X.shape[-2:])  # (..., F, n_frames)
-    return torch.log1p(magnitude) if log else magnitude
+    return (torch.log1p(magnitude) if log else magnitude).to(dtype)
 
 
 def _time(n_samples: int, sample_rate: float, dtype=torch.float32) -> torch.Tensor:
     return torch.arange(n_samples, dtype=torch.float64).to(dtype) / sample_rate  # (n_samples,) seconds
 
 
+def _signal_args(n_samples, sample_rate, phase, **frequencies) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """The times t (n,) in float64, the frequencies as float64 tensors (..., 1) that broadcast together, the phase."""
+    n_samples = _checks.positive_int("n_samples", n_samples)
+    sample_rate = _checks.positive_float("sample_rate", sample_rate)
+    values = {name: _checks.numbers(name, f) for name, f in frequencies.items()}
+    if len(values) > 1:
+        _checks.broadcast(*values.items())
+    p = _checks.numbers("phase", phase)[..., None]
+    _checks.broadcast(*((name, f[..., None]) for name, f in values.items()), ("phase", p))
+    t = torch.arange(n_samples, dtype=torch.float64) / sample_rate  # (n,) seconds
+    return t, [f[..., None] for f in values.values()], p
+
+
 def tone(frequency, n_samples: int, sample_rate: float, *, phase=0.0) -> torch.Tensor:
     """sin(2 pi f t + phase): a pure tone of ``frequency`` Hz (a number, or a tensor (B,) for B tones).
 
+    Computed in float64 (the phase 2 pi f t grows large), returned in float32.
+
     Shapes:
-        return: (n_samples,) or (B, n_samples)
+        return: (n_samples,) or (B, n_samples), float32
 
     Chapter: beyond text.
     """
-    t = _time(n_samples, sample_rate)  # (n,)
-    f = torch.as_tensor(frequency, dtype=torch.float32)[..., None]  # (..., 1)
-    p = torch.as_tensor(phase, dtype=torch.float32)[..., None]
-    return torch.sin(2 * math.pi * f * t + p)  # (..., n)
+    t, (f,), p = _signal_args(n_samples, sample_rate, phase, frequency=frequency)  # (n,), (..., 1), (..., 1)
+    return torch.sin(2 * math.pi * f * t + p).float()  # (..., n)
 
 
 def chirp(f_start, f_end, n_samples: int, sample_rate: float, *, phase=0.0) -> torch.Tensor:
     r"""A linear chirp: the frequency moves from ``f_start`` to ``f_end`` Hz over the signal.
 
     The phase is the integral of the frequency, 2 pi (f_0 t + (f_1 - f_0) t^2 / (2 T)), T the duration.
+    Computed in float64, returned in float32.
 
     Shapes:
         f_start, f_end: numbers or tensors (B,)
-        return: (n_samples,) or (B, n_samples)
+        return: (n_samples,) or (B, n_samples), float32
 
     Chapter: beyond text.
     """
-    t = _time(n_samples, sample_rate)  # (n,)
+    t, (f0, f1), p = _signal_args(n_samples, sample_rate, phase, f_start=f_start, f_end=f_end)  # (n,), (..., 1)
     duration = n_samples / sample_rate
-    f0 = torch.as_tensor(f_start, dtype=torch.float32)[..., None]  # (..., 1)
-    f1 = torch.as_tensor(f_end, dtype=torch.float32)[..., None]
-    p = torch.as_tensor(phase, dtype=torch.float32)[..., None]
-    return torch.sin(2 * math.pi * (f0 * t + (f1 - f0) * t ** 2 / (2 * duration)) + p)  # (..., n)
+    return torch.sin(2 * math.pi * (f0 * t + (f1 - f0) * t ** 2 / (2 * duration)) + p).float()  # (..., n)
 
 
 def noise(shape, *, kind: str = "white", generator: torch.Generator | None = None) -> torch.Tensor:
@@ -114,14 +130,18 @@ def noise(shape, *, kind: str = "white", generator: torch.Generator | None = Non
     Brown noise is a random walk (the cumulative sum of white noise) with its slow drift removed.
 
     Shapes:
-        shape: (..., n_samples)
+        shape: (..., n_samples), n_samples >= 2 (a standard deviation needs two samples); an int is (n_samples,)
         return: the same shape
 
     Chapter: beyond text.
     """
     if kind not in ("white", "brown"):
         raise ValueError(f"kind must be 'white' or 'brown', got {kind!r}")
-    x = torch.randn(*shape, generator=generator)
+    sizes = _checks.as_integers("shape", [shape] if isinstance(shape, int) else shape,
+                                what="a shape (..., n_samples): a list or tuple of sizes")
+    if sizes.dim() != 1 or sizes.numel() == 0 or int(sizes.min()) < 0 or int(sizes[-1]) < 2:
+        raise ValueError(f"shape must be sizes (..., n_samples) >= 0 with n_samples >= 2, got {shape!r}")
+    x = torch.randn(*sizes.tolist(), generator=_checks.generator("generator", generator))
     if kind == "brown":
         x = x.cumsum(dim=-1)
         x = x - torch.linspace(0, 1, x.shape[-1]) * x[..., -1:]  # end where it started
@@ -147,10 +167,10 @@ def sound_classes(n: int, *, n_samples: int = 2048, sample_rate: float = 4000.0,
     Chapter: beyond text.
     """
     n = _checks.positive_int("n", n)
-    n_samples = _checks.positive_int("n_samples", n_samples)
+    n_samples = _checks.positive_int("n_samples", n_samples, minimum=2)
     sample_rate = _checks.positive_float("sample_rate", sample_rate)
     snr = _checks.positive_float("snr", snr)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
     labels = torch.arange(n) % len(SOUND_CLASSES)
     labels = labels[torch.randperm(n, generator=g)]
     lo, hi = 0.05 * sample_rate, 0.45 * sample_rate

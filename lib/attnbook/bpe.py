@@ -24,7 +24,9 @@ import os
 from collections import Counter, defaultdict
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
+
+from . import _checks
 
 __all__ = ["GPT2_PATTERN", "bytes_to_unicode", "pretokenize", "word_counts", "merge_pair", "learn_merges",
            "BPETokenizer"]
@@ -66,10 +68,13 @@ def _pattern():
     return regex.compile(GPT2_PATTERN)
 
 
-def _check_text(name: str, text) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
-    return text
+def _check_texts(name: str, texts) -> list[str]:
+    """A text or several: a str, or an iterable of str (a list, the lines of a file), as a list of str."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, bytes) or not isinstance(texts, Iterable):
+        raise TypeError(f"{name} must be a str or a list of str, got {type(texts).__name__}")
+    return _checks.texts(name, list(texts), what="a str or a list of str")
 
 
 def pretokenize(text: str) -> list[str]:
@@ -79,15 +84,13 @@ def pretokenize(text: str) -> list[str]:
     ['Hello', 'Ġworld', '!', 'Ċ']
     """
     table = bytes_to_unicode()
-    return ["".join(table[b] for b in piece.encode("utf-8")) for piece in _pattern().findall(_check_text("text", text))]
+    return ["".join(table[b] for b in piece.encode("utf-8")) for piece in _pattern().findall(_checks.text("text", text))]
 
 
 def word_counts(texts: str | Iterable[str]) -> Counter:
     """How often each pre-token occurs in a text (or in several texts): what BPE trains on."""
-    if isinstance(texts, str):
-        texts = [texts]
     counts: Counter = Counter()
-    for text in texts:
+    for text in _check_texts("texts", texts):
         counts.update(pretokenize(text))
     return counts
 
@@ -100,6 +103,15 @@ def merge_pair(word: Sequence[int], a: int, b: int, new: int) -> list[int]:
     >>> merge_pair([1, 2, 1, 2, 2], 1, 2, 9)
     [9, 9, 2]
     """
+    ids = _checks.as_integers("word", word, what="a list of token ids")
+    if ids.dim() > 1:
+        raise ValueError(f"word must be a flat list of token ids, got shape {_checks.shape_str(ids.shape)}")
+    a, b, new = (_checks.positive_int(name, v, minimum=0) for name, v in (("a", a), ("b", b), ("new", new)))
+    return _merge_pair(ids.tolist(), a, b, new)
+
+
+def _merge_pair(word: Sequence[int], a: int, b: int, new: int) -> list[int]:
+    """:func:`merge_pair` without the checks (the training loop calls it many times)."""
     out, i, n = [], 0, len(word)
     while i < n:
         if i + 1 < n and word[i] == a and word[i + 1] == b:
@@ -128,18 +140,25 @@ def learn_merges(counts: dict[str, int], vocab: list[str], vocab_size: int, *, m
     Returns the merges, as pairs of token strings in the order learned, and the final vocabulary
     (a list: position = id). Two merges can produce the same string; it then keeps its first id.
     """
-    vocab = list(vocab)
+    vocab = _checks.texts("vocab", vocab, what="a list of str (the starting tokens)")
     token_id = {t: i for i, t in enumerate(vocab)}
     if len(token_id) != len(vocab):
-        raise ValueError("vocab must not contain a token twice")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < len(vocab):
+        raise ValueError(f"vocab must not contain a token twice, got {sorted(t for t in token_id if vocab.count(t) > 1)[:5]} "
+                         f"more than once")
+    if _checks.positive_int("vocab_size", vocab_size) < len(vocab):
         raise ValueError(f"vocab_size must be an integer >= the starting vocabulary ({len(vocab)} tokens), "
                          f"got {vocab_size!r}")
+    min_frequency = _checks.positive_int("min_frequency", min_frequency, minimum=0)
+    if not isinstance(counts, Mapping):
+        raise TypeError(f"counts must be a mapping {{word: count}} (see word_counts), got {type(counts).__name__}")
     words, freqs = [], []
     for word, count in counts.items():
+        _checks.text("a word of counts", word)
+        _checks.positive_int(f"counts[{word!r}]", count, minimum=0)
         missing = [c for c in word if c not in token_id]
         if missing:
-            raise ValueError(f"the word {word!r} has characters outside the starting vocabulary: {missing[:5]}")
+            raise ValueError(f"vocab must hold every character of counts: the word {word!r} has characters outside "
+                             f"it, {missing[:5]}")
         words.append([token_id[c] for c in word])
         freqs.append(int(count))
     pair_count: dict[tuple[int, int], int] = defaultdict(int)
@@ -169,7 +188,7 @@ def learn_merges(counts: dict[str, int], vocab: list[str], vocab_size: int, *, m
         grown = set()
         for i in where.pop((a, b)):
             old = words[i]
-            merged = merge_pair(old, a, b, new)
+            merged = _merge_pair(old, a, b, new)
             if len(merged) == len(old):
                 continue
             f = freqs[i]
@@ -206,20 +225,22 @@ class BPETokenizer:
     """
 
     def __init__(self, merges: Iterable[Sequence[str]], specials: Sequence[str] = ()):
-        specials = list(specials)
-        if any(not isinstance(s, str) or not s for s in specials) or len(set(specials)) != len(specials):
+        specials = _checks.texts("specials", specials, what="a list of str (the special tokens)")
+        if not all(specials) or len(set(specials)) != len(specials):
             raise ValueError(f"specials must be distinct non-empty strings, got {specials!r}")
         alphabet = sorted(bytes_to_unicode().values())
         clash = [s for s in specials if s in alphabet]
         if clash:
-            raise ValueError(f"special tokens must not be single byte characters, got {clash}")
+            raise ValueError(f"specials must not be single byte characters (those are tokens already), got {clash}")
+        if isinstance(merges, (str, bytes)) or not isinstance(merges, Iterable):
+            raise TypeError(f"merges must be a list of pairs of tokens, got {type(merges).__name__}")
         self.specials = specials
         self.id_to_token: list[str] = specials + alphabet
         self.token_to_id: dict[str, int] = {t: i for i, t in enumerate(self.id_to_token)}
         self.merges: list[tuple[str, str]] = []
         for number, pair in enumerate(merges):
-            if len(pair) != 2 or any(p not in self.token_to_id for p in pair):
-                raise ValueError(f"merge {number} ({pair!r}) must be a pair of tokens defined before it")
+            if isinstance(pair, str) or len(pair) != 2 or any(p not in self.token_to_id for p in pair):
+                raise ValueError(f"merges[{number}] = {pair!r} must be a pair of tokens defined before it")
             a, b = pair
             self.merges.append((a, b))
             if a + b not in self.token_to_id:
@@ -235,7 +256,8 @@ class BPETokenizer:
               min_frequency: int = 0) -> "BPETokenizer":
         """Learn merges from ``text`` (or several texts) until there are ``vocab_size`` tokens, specials included."""
         empty = cls([], specials)
-        merges, _ = learn_merges(word_counts(text), empty.id_to_token, vocab_size, min_frequency=min_frequency)
+        counts = word_counts(_check_texts("text", text))
+        merges, _ = learn_merges(counts, empty.id_to_token, vocab_size, min_frequency=min_frequency)
         return cls(merges, specials)
 
     @property
@@ -285,16 +307,13 @@ class BPETokenizer:
 
     def decode(self, ids: Iterable[int], *, skip_specials: bool = False) -> str:
         """The text of a sequence of ids (a list or a 1-D tensor); special tokens appear as themselves."""
-        if hasattr(ids, "dim"):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
+        ids = _checks.token_ids("ids", _checks.as_integers("ids", ids, what="a list or 1-D tensor of token ids"),
+                                self.vocab_size)
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be 1-D, got shape {_checks.shape_str(ids.shape)}")
         to_byte = _unicode_to_bytes()
         out, pending = [], bytearray()
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"id {i} is outside the vocabulary (0 to {self.vocab_size - 1})")
+        for i in ids.tolist():
             token = self.id_to_token[i]
             if i < len(self.specials):
                 out.append(pending.decode("utf-8", errors="replace"))
@@ -321,9 +340,13 @@ class BPETokenizer:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BPETokenizer":
         """Read a tokenizer written by :meth:`save`."""
-        spec = json.loads(Path(path).read_text(encoding="utf-8"))
+        path = _checks.file("path", path)
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"path {str(path)!r} is not a JSON file ({error})") from None
         if not isinstance(spec, dict) or spec.get("kind") != "byte-level BPE" or spec.get("pattern") != GPT2_PATTERN:
-            raise ValueError(f"{path} is not a byte-level BPE tokenizer written by BPETokenizer.save")
+            raise ValueError(f"path {str(path)!r} is not a byte-level BPE tokenizer written by BPETokenizer.save")
         return cls([tuple(m) for m in spec["merges"]], spec["specials"])
 
     def to_hf(self):
@@ -346,20 +369,28 @@ def train_hf(text: str | Iterable[str], vocab_size: int, *, specials: Sequence[s
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    if isinstance(text, str):
-        text = [text]
+    text = _check_texts("text", text)
+    specials = _checks.texts("specials", specials, what="a list of str (the special tokens)")
+    if _checks.positive_int("vocab_size", vocab_size) < 256 + len(specials):
+        raise ValueError(f"vocab_size must be at least the 256 bytes and {len(specials)} special tokens, got {vocab_size}")
+    min_frequency = _checks.positive_int("min_frequency", min_frequency, minimum=0)
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     hf.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(specials),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    hf.train_from_iterator(list(text), trainer=trainer)
+    hf.train_from_iterator(text, trainer=trainer)
     return hf
 
 
 def hf_merges(hf) -> list[tuple[str, str]]:
     """The merges of a Hugging Face BPE tokenizer, in order, as pairs of token strings."""
-    spec = json.loads(hf.to_str())["model"]["merges"]
+    if not callable(getattr(hf, "to_str", None)):
+        raise TypeError(f"hf must be a tokenizers.Tokenizer, got {type(hf).__name__}")
+    model = json.loads(hf.to_str())["model"]
+    if model.get("type") != "BPE":
+        raise ValueError(f"hf must be a BPE tokenizer, got a {model.get('type')} model")
+    spec = model["merges"]
     return [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in spec]
 
 

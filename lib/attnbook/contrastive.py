@@ -26,12 +26,16 @@ from . import _checks
 __all__ = ["clip_logits", "clip_loss", "retrieval_accuracy", "DualEncoder"]
 
 
-def _pair(image_embeddings, text_embeddings):
+def _pair(image_embeddings, text_embeddings, scale):
     _checks.tensor("image_embeddings", image_embeddings, min_ndim=2, floating=True)
     _checks.tensor("text_embeddings", text_embeddings, min_ndim=2, floating=True)
     if image_embeddings.shape[-1] != text_embeddings.shape[-1]:
         raise ValueError(f"image_embeddings and text_embeddings must have the same width (one shared space), got "
                          f"{_checks.shape_str(image_embeddings.shape)} and {_checks.shape_str(text_embeddings.shape)}")
+    named = (("image_embeddings", image_embeddings), ("text_embeddings", text_embeddings))
+    _checks.same_dtype(*named)
+    _checks.broadcast(*((name, x[..., :1, :1]) for name, x in named), what="leading dimensions (...)")
+    _checks.scalar("scale", scale)
 
 
 def clip_logits(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, scale=1.0) -> torch.Tensor:
@@ -43,7 +47,7 @@ def clip_logits(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, s
 
     Chapter: beyond text.
     """
-    _pair(image_embeddings, text_embeddings)
+    _pair(image_embeddings, text_embeddings, scale)
     a = F.normalize(image_embeddings, dim=-1)  # (..., Bi, E), unit rows
     b = F.normalize(text_embeddings, dim=-1)  # (..., Bt, E)
     return scale * (a @ b.transpose(-2, -1))  # (..., Bi, Bt)
@@ -64,11 +68,14 @@ def clip_loss(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, sca
 
     Chapter: beyond text.
     """
-    _pair(image_embeddings, text_embeddings)
+    _pair(image_embeddings, text_embeddings, scale)
     if image_embeddings.shape[:-1] != text_embeddings.shape[:-1]:
         raise ValueError(f"clip_loss needs B matching pairs: as many images as texts, got image_embeddings "
                          f"{_checks.shape_str(image_embeddings.shape)} and text_embeddings "
                          f"{_checks.shape_str(text_embeddings.shape)}")
+    if image_embeddings.shape[-2] == 0:
+        raise ValueError(f"image_embeddings and text_embeddings hold no pair (B = 0): shape "
+                         f"{_checks.shape_str(image_embeddings.shape)}")
     logits = clip_logits(image_embeddings, text_embeddings, scale)  # (..., B, B)
     B = logits.shape[-1]
     logits = logits.reshape(-1, B, B)  # (G, B, B): G groups
@@ -81,6 +88,9 @@ def clip_loss(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, sca
 def retrieval_accuracy(similarity: torch.Tensor, targets: torch.Tensor, *, k: int = 1) -> float:
     """The fraction of queries (rows) whose right answer is among the k most similar candidates (columns).
 
+    A query counts as right when fewer than k candidates are strictly more similar than its answer (ties
+    count in its favour, so the result does not depend on how a sort orders equal values).
+
     Shapes:
         similarity: (Q, C), higher = more similar
         targets:    (Q,) the index of each query's right candidate
@@ -89,13 +99,19 @@ def retrieval_accuracy(similarity: torch.Tensor, targets: torch.Tensor, *, k: in
     Chapter: beyond text.
     """
     _checks.tensor("similarity", similarity, ndim=2, floating=True)
-    _checks.tensor("targets", targets, ndim=1)
+    _checks.token_ids("targets", targets, similarity.shape[1], ndim=1, what="candidate indices (columns of similarity)")
     k = _checks.positive_int("k", k)
     if targets.shape[0] != similarity.shape[0]:
         raise ValueError(f"targets must have one entry per query (row of similarity), got {targets.shape[0]} "
                          f"for similarity {_checks.shape_str(similarity.shape)}")
-    top = similarity.topk(min(k, similarity.shape[1]), dim=-1).indices  # (Q, k)
-    return (top == targets[:, None].to(top.device)).any(dim=-1).float().mean().item()
+    if similarity.shape[0] == 0:
+        raise ValueError(f"similarity has no query (row): shape {_checks.shape_str(similarity.shape)}")
+    if not torch.isfinite(similarity).all():
+        raise ValueError("similarity must be finite (a NaN or infinity has no rank), got a non-finite entry at "
+                         f"{tuple((~torch.isfinite(similarity)).nonzero()[0].tolist())}")
+    own = similarity.gather(1, targets[:, None].to(similarity.device))  # (Q, 1): each query's right answer
+    rank = (similarity > own).sum(dim=-1)  # (Q,): candidates strictly more similar
+    return int((rank < k).sum()) / similarity.shape[0]
 
 
 class DualEncoder(nn.Module):
@@ -128,14 +144,23 @@ class DualEncoder(nn.Module):
         return self.log_scale.clamp(max=math.log(100.0)).exp()
 
     def encode_images(self, images) -> torch.Tensor:
-        return self.image_projection(self.image_encoder(images))  # (B, E)
+        features = _checks.features("image_encoder(images)", self.image_encoder(images), self.image_projection.in_features,
+                                    module=self.image_projection, width_name="d_image", ndim=2)  # (B, d_image)
+        return self.image_projection(features)  # (B, E)
 
     def encode_texts(self, *text_inputs) -> torch.Tensor:
-        return self.text_projection(self.text_encoder(*text_inputs))  # (B, E)
+        features = _checks.features("text_encoder(*text_inputs)", self.text_encoder(*text_inputs),
+                                    self.text_projection.in_features, module=self.text_projection, width_name="d_text",
+                                    ndim=2)  # (B, d_text)
+        return self.text_projection(features)  # (B, E)
 
     def forward(self, images, *text_inputs, groups: int = 1) -> torch.Tensor:
         groups = _checks.positive_int("groups", groups)
         a, b = self.encode_images(images), self.encode_texts(*text_inputs)  # (B, E), (B, E)
-        if a.shape[0] % groups:
-            raise ValueError(f"the batch of {a.shape[0]} pairs cannot be cut into groups={groups} equal groups")
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(f"images and text_inputs must hold as many examples: image_encoder(images) gave "
+                             f"{a.shape[0]}, text_encoder(*text_inputs) gave {b.shape[0]}")
+        if a.shape[0] == 0 or a.shape[0] % groups:
+            raise ValueError(f"the batch of {a.shape[0]} pairs (images and text_inputs) cannot be cut into "
+                             f"groups={groups} equal groups")
         return clip_loss(a.view(groups, -1, a.shape[-1]), b.view(groups, -1, b.shape[-1]), self.scale)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from . import _checks
+
 __all__ = ["DATASETS", "Dataset", "DataNotAvailableError", "fetch", "cache_dir", "packaged_dir", "sha256_of"]
 
 
@@ -93,6 +95,7 @@ def cache_dir() -> Path:
 
 def sha256_of(path: Path) -> str:
     """The hex sha256 digest of a file."""
+    path = _checks.file("path", path)
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -108,8 +111,10 @@ def _download(url: str, timeout: float) -> bytes:
 
 def fetch(name: str, *, download: bool = True, timeout: float = 30.0) -> Path:
     """Return the path of a local, verified copy of dataset ``name`` (see the module docstring for the order)."""
+    _checks.text("name", name)
     if name not in DATASETS:
-        raise KeyError(f"unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}")
+        raise ValueError(f"name must be a known dataset ({', '.join(sorted(DATASETS))}), got {name!r}")
+    timeout = _checks.positive_float("timeout", timeout)
     spec = DATASETS[name]
 
     offline = os.environ.get("ATTNBOOK_DATA")
@@ -207,9 +212,13 @@ def detokenize(tokens: Sequence[str], lang: str = "en") -> str:
     """Join tokens back into text (the inverse of :func:`tokenize` up to case and spacing), e.g. for BLEU."""
     if lang not in ("en", "fr", "chars"):
         raise ValueError(f"lang must be 'en', 'fr' or 'chars', got {lang!r}")
+    tokens = _checks.texts("tokens", tokens, what="a list of tokens (str)")
     if lang == "chars":
         return "".join(tokens)
-    text = re.sub(r" ?([-']) ?", r"\1", " ".join(tokens))  # "j' ai" -> "j'ai", "i 'm" -> "i'm", "est - ce" -> "est-ce"
+    text = re.sub(r" ?- ?", "-", " ".join(tokens))  # "est - ce" -> "est-ce"
+    # an apostrophe joins the word it belongs to: English clitics the word before ("i 'm" -> "i'm", "dogs ' bones"
+    # -> "dogs' bones"), French elisions the word after ("j' ai" -> "j'ai")
+    text = text.replace(" '", "'") if lang == "en" else text.replace("' ", "'")
     # no space before closing punctuation; French typography keeps one before ! ? ; :
     return re.sub(r" ([.,)])" if lang == "fr" else r" ([.,!?;:)])", r"\1", text)
 
@@ -225,6 +234,8 @@ class Vocab:
 
     def __init__(self, tokens: Iterable[str]):
         self.itos: list[str] = list(self.specials)
+        if isinstance(tokens, str):
+            raise TypeError("tokens must be a list of str (tokens), got a str: tokenize it first")
         for token in tokens:
             if not isinstance(token, str):
                 raise TypeError(f"tokens must be strings, got {token!r}")
@@ -239,6 +250,10 @@ class Vocab:
 
         if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
             raise ValueError(f"min_freq must be an integer >= 1, got {min_freq!r}")
+        if isinstance(sequences, str):
+            raise TypeError("sequences must be a list of token lists, got a str: tokenize it first")
+        sequences = [_checks.texts(f"sequences[{i}]", s, what="a list of tokens (str): tokenize it first")
+                     for i, s in enumerate(sequences)]
         counts = Counter(token for sequence in sequences for token in sequence)
         kept = sorted((t for t, n in counts.items() if n >= min_freq), key=lambda t: (-counts[t], t))
         return cls(kept)
@@ -255,16 +270,13 @@ class Vocab:
     def encode(self, tokens: Sequence[str]) -> list[int]:
         """Token ids; a token not in the vocabulary becomes <unk>."""
         if isinstance(tokens, str):
-            raise TypeError("encode expects a list of tokens, got a str: tokenize it first")
-        return [self.stoi.get(token, self.unk_id) for token in tokens]
+            raise TypeError("tokens must be a list of tokens, got a str: tokenize it first")
+        return [self.stoi.get(token, self.unk_id) for token in _checks.texts("tokens", list(tokens))]
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Tokens up to the first <eos>, without <pad> and <bos>; ids outside the vocabulary raise an error."""
         out = []
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < len(self.itos):
-                raise ValueError(f"id {i} is outside the vocabulary (0 to {len(self.itos) - 1})")
+        for i in _check_ids_1d("ids", ids, len(self.itos)):
             if i == self.eos_id:
                 break
             if i not in (self.pad_id, self.bos_id):
@@ -283,14 +295,19 @@ class SentencePair:
 
 def load_eng_fra(path: str | os.PathLike | None = None) -> list[SentencePair]:
     """The English-French pairs of ``fetch("eng-fra")`` (Tatoeba, CC-BY 2.0 France), in file order."""
-    path = fetch("eng-fra") if path is None else Path(path)
+    path = fetch("eng-fra") if path is None else _checks.file("path", path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"path {str(path)!r} is not a UTF-8 text file ({error})") from None
     pairs = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         fields = line.split("\t")
         if len(fields) < 2:
-            raise ValueError(f"{path}, line {number}: expected English<TAB>French[<TAB>attribution], got {line!r}")
+            raise ValueError(f"path {str(path)!r}, line {number}: expected English<TAB>French[<TAB>attribution], "
+                             f"got {line!r}")
         pairs.append(SentencePair(fields[0], fields[1], fields[2] if len(fields) > 2 else ""))
     return pairs
 
@@ -301,8 +318,12 @@ def split_by_source(pairs: Sequence, test_fraction: float = 0.1, *, seed: int = 
     Sentences with several translations keep all of them on the same side, so a test sentence is never
     seen in training and its translations can all serve as references.
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be between 0 and 1, got {test_fraction}")
+    _checks.fraction("test_fraction", test_fraction)
+    _checks.positive_int("seed", seed, minimum=0)
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, SentencePair) and not (isinstance(pair, (tuple, list)) and len(pair) >= 2
+                                                      and isinstance(pair[0], str)):
+            raise TypeError(f"pairs must be SentencePairs or (source, target) pairs of str, got pairs[{i}] = {pair!r:.60}")
 
     def source_of(pair):
         return normalize_text(pair.source if isinstance(pair, SentencePair) else pair[0]).lower()
@@ -363,11 +384,15 @@ def date_pairs(n: int, *, formats: Sequence[str] = ("long", "day_first", "numeri
     >>> date_pairs(1, formats=["long"], seed=3)
     [('May 25, 1985', '1985-05-25')]
     """
+    formats = _checks.texts("formats", formats, what=f"a list of format names from {sorted(_DATE_FORMATS)}")
     unknown = [f for f in formats if f not in _DATE_FORMATS]
     if not formats or unknown:
         raise ValueError(f"formats must be a non-empty list from {sorted(_DATE_FORMATS)}, got {list(formats)}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    years = _checks.int_pair("years", years, what="(first, last)")
+    if years[1] > 9999:
+        raise ValueError(f"years must lie in [1, 9999] (what datetime can write), got {years}")
     first, last = date(years[0], 1, 1), date(years[1], 12, 31)
     if first > last:
         raise ValueError(f"years must be (first, last) with first <= last, got {years}")
@@ -396,7 +421,9 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: Iterable[str]):
-        chars = sorted(set(chars))
+        if not isinstance(chars, (str, list, tuple, set, frozenset)):
+            raise TypeError(f"chars must be a str or a collection of single characters, got {type(chars).__name__}")
+        chars = sorted(set(chars), key=str)
         if not chars or any(not isinstance(c, str) or len(c) != 1 for c in chars):
             raise ValueError("chars must be a non-empty collection of single characters")
         self.chars: str = "".join(chars)
@@ -404,9 +431,7 @@ class CharTokenizer:
 
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
-        if not isinstance(text, str) or not text:
-            raise ValueError("text must be a non-empty str")
-        return cls(text)
+        return cls(_checks.text("text", text, nonempty=True))
 
     @property
     def vocab_size(self) -> int:
@@ -430,17 +455,15 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         """The text of a sequence of ids (a list or a 1-D tensor)."""
-        if isinstance(ids, torch.Tensor):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
-        out = []
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < len(self.chars):
-                raise ValueError(f"id {i} is outside the vocabulary (0 to {len(self.chars) - 1})")
-            out.append(self.chars[i])
-        return "".join(out)
+        return "".join(self.chars[i] for i in _check_ids_1d("ids", ids, len(self.chars)))
+
+
+def _check_ids_1d(name: str, ids, vocab_size: int) -> list[int]:
+    """Token ids (a list or a 1-D tensor of integers in [0, vocab_size)), as a list of ints."""
+    ids = _checks.as_integers(name, ids, what="a list or 1-D tensor of token ids")
+    if ids.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {_checks.shape_str(ids.shape)}")
+    return _checks.token_ids(name, ids, vocab_size).tolist()
 
 
 @dataclass(frozen=True)
@@ -457,8 +480,7 @@ def load_shakespeare(*, val_fraction: float = 0.1, download: bool = True) -> Tex
 
     The split is by position, not at random, so no validation passage is seen in training.
     """
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction}")
+    _checks.fraction("val_fraction", val_fraction)
     text = fetch("tinyshakespeare", download=download).read_text(encoding="utf-8")
     tokenizer = CharTokenizer.from_text(text)
     ids = tokenizer.encode(text)
@@ -474,9 +496,8 @@ def lm_batch(ids: torch.Tensor, batch_size: int, block_size: int, *, generator: 
         ids:    (N,) token ids, N > block_size
         return: x (B, T) and y (B, T) with y[b, t] = the token after x[b, t]
     """
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1:
-        raise ValueError(f"ids must be a 1-D tensor of token ids, got {type(ids).__name__}"
-                         + (f" of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else ""))
+    _checks.token_ids("ids", ids, None, ndim=1)
+    _checks.generator("generator", generator)
     for name, value in (("batch_size", batch_size), ("block_size", block_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -515,6 +536,7 @@ def adding_problem(n: int, length: int, *, generator: torch.Generator | None = N
     for name, value, least in (("n", n, 1), ("length", length, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    _checks.generator("generator", generator)
     half = length // 2
     values = torch.rand(n, length, generator=generator)  # (n, T)
     first = torch.randint(0, half, (n,), generator=generator)  # (n,)
@@ -565,8 +587,8 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> ImageSplits:
     from sklearn.datasets import load_digits as sklearn_digits
     from sklearn.model_selection import train_test_split
 
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be between 0 and 1, got {test_fraction}")
+    _checks.fraction("test_fraction", test_fraction)
+    _checks.positive_int("seed", seed, minimum=0)
     digits = sklearn_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
     labels = torch.tensor(digits.target, dtype=torch.long)  # (N,)
@@ -595,7 +617,7 @@ def balanced_subset(labels: torch.Tensor, n: int, *, seed: int = 0) -> torch.Ten
                             if isinstance(labels, torch.Tensor) else f", got {type(labels).__name__}"))
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= labels.numel():
         raise ValueError(f"n must be an integer from 1 to {labels.numel()} (the number of labels), got {n!r}")
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
     per_class = [torch.nonzero(labels == c).flatten() for c in labels.unique()]
     per_class = [idx[torch.randperm(idx.numel(), generator=g)] for idx in per_class]  # shuffled within each class
     order = [int(idx[r]) for r in range(max(i.numel() for i in per_class)) for idx in per_class if r < idx.numel()]

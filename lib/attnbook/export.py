@@ -253,22 +253,33 @@ def tagger_to_onnx(model: nn.Module, name: str, *, vocab: str, jobs: dict[str, s
     return Exported(onnx_path, meta_path, None, meta)
 
 
+def _read_meta(name: str, path) -> tuple[Path, dict]:
+    path = _checks.file(name, path)
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{name} {str(path)!r} is not a JSON file ({error})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{name} {str(path)!r} is not the description of an exported model (format {FORMAT!r})")
+    return path, meta
+
+
 def load_meta(path: str | Path) -> dict:
     """The description of an exported model (``NAME.json``), checked to be one that :func:`to_onnx` wrote."""
-    path = Path(path)
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ValueError(f"{path} is not the description of an exported model (format {FORMAT!r})")
-    return meta
+    return _read_meta("path", path)[1]
 
 
 def load_torch(meta_path: str | Path) -> GPT:
     """The PyTorch model that was exported, rebuilt from ``NAME.json`` and the weights in ``NAME.pt``."""
-    meta_path = Path(meta_path)
-    meta = load_meta(meta_path)
+    meta_path, meta = _read_meta("meta_path", meta_path)
+    if meta.get("kind", "lm") != "lm" or not isinstance(meta.get("config"), dict) or "onnx" not in meta:
+        raise ValueError(f"meta_path {str(meta_path)!r} does not describe an exported language model (to_onnx's): "
+                         f"it has no model configuration")
+    weights = meta_path.with_name(Path(meta["onnx"]).stem + ".pt")
+    if not weights.is_file():
+        raise FileNotFoundError(f"meta_path {str(meta_path)!r} names the weights {weights.name}, which are not beside it")
     model = GPT(TransformerConfig(**meta["config"]))
-    state = torch.load(meta_path.with_name(Path(meta["onnx"]).stem + ".pt"), map_location="cpu", weights_only=True)
-    model.load_state_dict(state)
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     return model.eval()
 
 
@@ -276,9 +287,15 @@ def onnx_session(path: str | Path):
     """An onnxruntime inference session on one CPU thread for an exported ``.onnx`` file."""
     import onnxruntime
 
+    path = _checks.file("path", path)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    options.log_severity_level = 4  # failures come back as exceptions (and are named below), not as log lines
+    try:
+        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's own exception types: a file that is no ONNX model
+        raise ValueError(f"path {str(path)!r} is not an ONNX model onnxruntime can run: "
+                         f"{str(error).splitlines()[0]}") from None
 
 
 def run_onnx(session, ids) -> tuple[np.ndarray, np.ndarray]:
@@ -289,11 +306,23 @@ def run_onnx(session, ids) -> tuple[np.ndarray, np.ndarray]:
         return: float32 NumPy arrays; for :func:`to_onnx`'s language model logits (1, T, V) and weights
                 (1, n_layers, H, T, T); for :func:`tagger_to_onnx`, one (1, T, C_job) per job, then weights
     """
-    if isinstance(session, (str, Path)):
+    if isinstance(session, (str, os.PathLike)):
         session = onnx_session(session)
-    ids = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
-    ids = ids.astype(np.int64).reshape(1, -1)  # (1, T)
-    return tuple(session.run(None, {"ids": ids}))
+    if not callable(getattr(session, "run", None)):
+        raise TypeError(f"session must be an onnxruntime session (see onnx_session) or a path, got {type(session).__name__}")
+    ids = _checks.as_integers("ids", ids.detach().cpu() if isinstance(ids, torch.Tensor) else ids)
+    if not (ids.dim() == 1 or (ids.dim() == 2 and ids.shape[0] == 1)) or ids.numel() == 0:
+        raise ValueError(f"ids must have shape (1, T) or (T,) with T >= 1 (one sequence), got "
+                         f"{_checks.shape_str(ids.shape)}")
+    import onnxruntime
+
+    run_options = onnxruntime.RunOptions()
+    run_options.log_severity_level = 4  # a refused input comes back as the exception below, not as a log line
+    try:
+        return tuple(session.run(None, {"ids": ids.long().reshape(1, -1).numpy()}, run_options))  # ids (1, T)
+    except Exception as error:  # onnxruntime's own exception types: ids outside the vocabulary, T > block_size
+        raise ValueError(f"ids were refused by the model (ids outside the vocabulary, or longer than its block "
+                         f"size?): {str(error).splitlines()[0]}") from None
 
 
 @dataclass(frozen=True)
@@ -314,9 +343,13 @@ def prompt_ids(text: str, vocab: str, block_size: int, start: str = "\n") -> Pro
     ``start`` (the model needs at least one token: ``GPT`` refuses an empty input); a longer result keeps
     its last ``block_size`` characters, as :meth:`GPT.generate` crops its context.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    _checks.text("text", text)
+    _checks.text("vocab", vocab, nonempty=True)
+    if len(set(vocab)) != len(vocab):
+        raise ValueError(f"vocab must be distinct characters (one per id), got {vocab!r:.80}")
     _checks.positive_int("block_size", block_size)
+    if not _checks.text("start", start, nonempty=True) or any(c not in vocab for c in start):
+        raise ValueError(f"start must be a non-empty string of characters of vocab, got {start!r}")
     index = {c: i for i, c in enumerate(vocab)}
     dropped = list(dict.fromkeys(c for c in text if c not in index))
     kept = "".join(c for c in text if c in index)

@@ -50,8 +50,7 @@ UNREACHABLE = -1  # the distance between nodes of different connected components
 
 def _check_adjacency(adjacency, *, batched: bool | None = None) -> torch.Tensor:
     """A square, symmetric adjacency matrix (..., N, N) of bools or 0/1 numbers, returned as bool."""
-    if not isinstance(adjacency, torch.Tensor):
-        raise TypeError(f"adjacency must be a torch.Tensor, got {type(adjacency).__name__}")
+    _checks.tensor("adjacency", adjacency)
     if adjacency.dim() < 2 or adjacency.shape[-1] != adjacency.shape[-2]:
         raise ValueError(f"adjacency must be a square matrix (N, N) or a batch (B, N, N), "
                          f"got shape {_checks.shape_str(adjacency.shape)}")
@@ -60,11 +59,19 @@ def _check_adjacency(adjacency, *, batched: bool | None = None) -> torch.Tensor:
     if batched is False and adjacency.dim() != 2:
         raise ValueError(f"adjacency must be one graph (N, N), got shape {_checks.shape_str(adjacency.shape)}")
     if adjacency.dtype != torch.bool:
-        if adjacency.is_complex() or not torch.isin(adjacency, torch.tensor([0, 1], dtype=adjacency.dtype)).all():
-            raise ValueError("adjacency must hold booleans or 0/1 entries")
+        if adjacency.is_complex():
+            raise TypeError(f"adjacency must hold booleans or 0/1 entries, got dtype {adjacency.dtype}")
+        other = ~torch.isin(adjacency, torch.tensor([0, 1], dtype=adjacency.dtype, device=adjacency.device))
+        if other.any():
+            raise ValueError(f"adjacency must hold booleans or 0/1 entries, got {adjacency[other][0].item()} at "
+                             f"{tuple(other.nonzero()[0].tolist())}")
         adjacency = adjacency != 0
-    if not torch.equal(adjacency, adjacency.transpose(-2, -1)):
-        raise ValueError("adjacency must be symmetric (an undirected graph): adjacency[i, j] == adjacency[j, i]")
+    asymmetric = adjacency != adjacency.transpose(-2, -1)
+    if asymmetric.any():
+        index = tuple(asymmetric.nonzero()[0].tolist())
+        raise ValueError(f"adjacency must be symmetric (an undirected graph): adjacency[i, j] == adjacency[j, i], "
+                         f"got adjacency{list(index)} = {bool(adjacency[index])} but its mirror is "
+                         f"{bool(adjacency[index[:-2] + index[:-3:-1]])}")
     return adjacency
 
 
@@ -78,7 +85,11 @@ def adjacency_from_edges(edges, n_nodes: int) -> torch.Tensor:
     Chapter: beyond text.
     """
     n = _checks.positive_int("n_nodes", n_nodes)
-    e = torch.as_tensor(edges, dtype=torch.long).reshape(-1, 2) if len(edges) else torch.zeros(0, 2, dtype=torch.long)
+    e = _checks.as_integers("edges", edges, what="a list of pairs (i, j) of node indices or a tensor (E, 2)")
+    if e.numel() == 0:
+        e = e.reshape(0, 2)
+    if e.dim() != 2 or e.shape[1] != 2:
+        raise ValueError(f"edges must be pairs (i, j) of node indices, shape (E, 2), got shape {_checks.shape_str(e.shape)}")
     if e.numel() and (int(e.min()) < 0 or int(e.max()) >= n):
         raise ValueError(f"edges must hold node indices in [0, n_nodes={n}), got values from {int(e.min())} "
                          f"to {int(e.max())}")
@@ -218,9 +229,12 @@ class DistanceBias(nn.Module):
 
     def forward(self, distances: torch.Tensor) -> torch.Tensor:
         _checks.tensor("distances", distances, min_ndim=2)
-        if distances.is_floating_point() or distances.dtype == torch.bool:
+        if distances.is_floating_point() or distances.is_complex() or distances.dtype == torch.bool:
             raise TypeError(f"distances must be integers (shortest-path lengths, -1 = unreachable), "
                             f"got dtype {distances.dtype}")
+        if distances.numel() and int(distances.min()) < UNREACHABLE:
+            raise ValueError(f"distances must be shortest-path lengths >= 0 or {UNREACHABLE} (unreachable), got "
+                             f"{int(distances.min())}")
         index = distances.clamp(max=self.max_distance)  # (..., N, N)
         index = torch.where(distances < 0, self.max_distance + 1, index)  # unreachable: the last entry
         bias = self.table[:, index]  # (H, ..., N, N)
@@ -265,7 +279,7 @@ def two_ring_graphs(n_graphs: int, n_nodes=(15, 20), *, min_ring: int = 5, min_g
     """Two rings of nodes with two marked nodes: label 1 if the marks are on the same ring, 0 if not.
 
     Each graph has N nodes, N uniform in ``n_nodes`` = (low, high) inclusive, in two rings: every node has
-    exactly two neighbours. The first ring has a >= 2 * ``min_gap`` nodes, the second N - a >= ``min_ring``,
+    exactly two neighbours. The first ring has a >= max(3, 2 * ``min_gap``) nodes, the second N - a >= ``min_ring``,
     with the same distribution of sizes for both labels. Two nodes are marked (type 1, the others type 0):
     both on the first ring, at least ``min_gap`` edges apart (label 1), or one on each ring (label 0). Node
     numbers are shuffled, so that the order of the tokens says nothing.
@@ -279,13 +293,14 @@ def two_ring_graphs(n_graphs: int, n_nodes=(15, 20), *, min_ring: int = 5, min_g
     Chapter: beyond text.
     """
     n_graphs = _checks.positive_int("n_graphs", n_graphs)
-    low, high = (int(v) for v in n_nodes)
+    low, high = _checks.int_pair("n_nodes", n_nodes)
     min_ring = _checks.positive_int("min_ring", min_ring, minimum=3)
     min_gap = _checks.positive_int("min_gap", min_gap)
-    if low < 2 * min_gap + min_ring or high < low:
-        raise ValueError(f"n_nodes must be (low, high) with 2 * min_gap + min_ring = {2 * min_gap + min_ring} "
+    smallest = max(3, 2 * min_gap)  # the smallest first ring: a ring, with room for two marks min_gap apart
+    if low < smallest + min_ring or high < low:
+        raise ValueError(f"n_nodes must be (low, high) with max(3, 2 * min_gap) + min_ring = {smallest + min_ring} "
                          f"<= low <= high, got {n_nodes!r}")
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
     adjacency = torch.zeros(n_graphs, high, high, dtype=torch.bool)
     nodes = torch.zeros(n_graphs, high, dtype=torch.bool)
     features = torch.zeros(n_graphs, high, dtype=torch.long)
@@ -298,7 +313,7 @@ def two_ring_graphs(n_graphs: int, n_nodes=(15, 20), *, min_ring: int = 5, min_g
     for b in range(n_graphs):
         n = int(sizes[b])
         order = torch.randperm(n, generator=g).tolist()  # node numbers in random order
-        a = draw(2 * min_gap, n - min_ring)  # the first ring's size
+        a = draw(smallest, n - min_ring)  # the first ring's size
         first, second = order[:a], order[a:]
         start = draw(0, a - 1)
         same = b % 2 == 0
@@ -366,13 +381,10 @@ class GraphTransformer(nn.Module):
         adjacency = _check_adjacency(adjacency, batched=True)
         B, N, _ = adjacency.shape
         pairs = _pair_mask(nodes, adjacency)  # (B, N, N): both nodes real
-        _checks.tensor("features", features, ndim=2)
-        if tuple(features.shape) != (B, N) or features.is_floating_point():
-            raise ValueError(f"features must be integer node types of shape (B, N) = {_checks.shape_str((B, N))}, "
-                             f"got {features.dtype} of shape {_checks.shape_str(features.shape)}")
-        if int(features.min()) < 0 or int(features.max()) >= self.n_node_types:
-            raise ValueError(f"features must be node types in [0, n_node_types={self.n_node_types}), got values "
-                             f"from {int(features.min())} to {int(features.max())}")
+        _checks.token_ids("features", features, self.n_node_types, ndim=2, what="node types")
+        if tuple(features.shape) != (B, N):
+            raise ValueError(f"features must have shape (B, N) = {_checks.shape_str((B, N))} (one type per node), "
+                             f"got {_checks.shape_str(features.shape)}")
         x = self.embed(features)  # (B, N, D)
         mask = pairs if self.mask == "full" else adjacency_mask(adjacency, nodes)  # (B, N, N)
         bias = None
@@ -383,10 +395,11 @@ class GraphTransformer(nn.Module):
             if tuple(eigenvectors.shape) != (B, N, self.k):
                 raise ValueError(f"eigenvectors must have shape (B, N, k) = {_checks.shape_str((B, N, self.k))}, "
                                  f"got {_checks.shape_str(eigenvectors.shape)}")
-            x = x + self.eigen(eigenvectors.to(x.dtype))  # (B, N, D)
+            x = x + self.eigen(_checks.like("eigenvectors", eigenvectors, self))  # (B, N, D)
         if self.encoding == "distance":
             if distances is None:
                 raise ValueError("encoding='distance' needs distances (B, N, N) from shortest_path_distances")
+            _checks.tensor("distances", distances)
             if tuple(distances.shape) != (B, N, N):
                 raise ValueError(f"distances must have shape (B, N, N) = {_checks.shape_str((B, N, N))}, "
                                  f"got {_checks.shape_str(distances.shape)}")

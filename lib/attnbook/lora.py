@@ -41,8 +41,7 @@ class LoRALinear(nn.Module):
 
     def __init__(self, base: nn.Linear, r: int = 4, alpha: float | None = None):
         super().__init__()
-        if not isinstance(base, nn.Linear):
-            raise TypeError(f"base must be a torch.nn.Linear, got {type(base).__name__}")
+        _checks.module("base", base, nn.Linear, "a torch.nn.Linear")
         self.r = _checks.positive_int("r", r)
         d_out, d_in = base.weight.shape
         if r > min(d_in, d_out):
@@ -74,6 +73,7 @@ class LoRALinear(nn.Module):
         return self.base.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _checks.features("x", x, self.in_features, module=self, width_name="d_in")
         update = (x @ self.A.t()) @ self.B.t()  # (..., r) then (..., d_out): never forms the d_out x d_in matrix
         return self.base(x) + self.scale * update  # (..., d_out)
 
@@ -93,7 +93,7 @@ class LoRALinear(nn.Module):
 
 def freeze(model: nn.Module) -> nn.Module:
     """Set ``requires_grad=False`` on every parameter of ``model``; return it."""
-    for p in model.parameters():
+    for p in _checks.module("model", model).parameters():
         p.requires_grad_(False)
     return model
 
@@ -108,9 +108,11 @@ def add_lora(model: nn.Module, targets: Iterable[str] = ("W_q", "W_v"), *, r: in
 
     Chapter: from text to tokens, and pretraining.
     """
-    targets = set(targets)
+    _checks.module("model", model)
+    targets = set(_checks.texts("targets", list(targets) if isinstance(targets, (set, frozenset)) else targets,
+                                what="a list of layer names, e.g. ('W_q', 'W_v')"))
     if not targets:
-        raise ValueError("targets must name at least one layer, e.g. ('W_q', 'W_v')")
+        raise ValueError("targets must name at least one layer, e.g. ('W_q', 'W_v'), got none")
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
@@ -118,13 +120,14 @@ def add_lora(model: nn.Module, targets: Iterable[str] = ("W_q", "W_v"), *, r: in
                 setattr(parent, name, LoRALinear(child, r, alpha))
                 replaced.append(f"{parent_name}.{name}" if parent_name else name)
     if not replaced:
-        raise ValueError(f"no nn.Linear named {sorted(targets)} in the model")
+        raise ValueError(f"targets must name nn.Linear layers of the model, got {sorted(targets)}: the model has none "
+                         f"of these names")
     return replaced
 
 
 def merge_lora(model: nn.Module) -> nn.Module:
     """Replace, in place, every :class:`LoRALinear` by its merged ``nn.Linear``; return the model."""
-    for parent in list(model.modules()):
+    for parent in list(_checks.module("model", model).modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, LoRALinear):
                 setattr(parent, name, child.merged())

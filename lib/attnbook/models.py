@@ -198,21 +198,15 @@ def _is_exporting() -> bool:
 
 def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor:
     """Token ids (B, T): integers in [0, vocab_size), 1 <= T <= block_size."""
-    _checks.tensor(name, ids, ndim=2)
-    if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
-        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    _checks.token_ids(name, ids, vocab_size, ndim=2, values=False)
     B, T = ids.shape
     if T == 0 or B == 0:
         raise ValueError(f"{name} is empty: shape {_checks.shape_str(ids.shape)}")
     if T > block_size:
         raise ValueError(f"{name} has length T={T}, longer than the model's block_size={block_size}; "
                          f"keep the last {block_size} tokens (generate() crops the context for you)")
-    if _is_exporting():  # traced ids have no values to check (torch.export, torch.onnx)
-        return ids
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocab_size:
-        raise ValueError(f"{name} has token ids outside [0, {vocab_size}): min {low}, max {high}")
-    return ids
+    # traced ids have no values to check (torch.export, torch.onnx)
+    return _checks.token_ids(name, ids, vocab_size, values=not _is_exporting())
 
 
 def _check_mask(config: TransformerConfig, name: str, mask, ids: torch.Tensor, t_k: int) -> None:
@@ -491,11 +485,7 @@ class GPT(nn.Module):
 
 def _check_targets(name: str, targets: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
     """Token ids to predict: integers in [0, vocab_size) (or ``ignore_index``)."""
-    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {targets.dtype}")
-    kept = targets if ignore_index is None else targets[targets != ignore_index]
-    if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= vocab_size):
-        raise ValueError(f"{name} has token ids outside [0, {vocab_size}): min {int(kept.min())}, max {int(kept.max())}")
+    _checks.token_ids(name, targets, vocab_size, ignore_index=ignore_index)
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:

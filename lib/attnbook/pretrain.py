@@ -23,7 +23,7 @@ from torch import nn
 from . import _checks, train
 from .attention import padding_mask
 from .blocks import masked_mean
-from .models import INITS, Encoder, TransformerConfig
+from .models import INITS, Encoder, TransformerConfig, _check_ids
 
 __all__ = ["IGNORE_INDEX", "mlm_mask", "mlm_loss", "MLMHead", "MaskedLM", "SequenceClassifier", "pad",
            "fit_classifier", "accuracy", "words_of", "shuffled_word_task", "fit_mlm"]
@@ -52,20 +52,21 @@ def mlm_mask(ids: torch.Tensor, *, mask_id: int, vocab_size: int, special_ids: I
 
     Chapter: from text to tokens, and pretraining (masked language modelling).
     """
-    _checks.tensor("ids", ids, min_ndim=1)
-    if ids.is_floating_point() or ids.dtype == torch.bool:
-        raise TypeError(f"ids must hold integer token ids, got dtype {ids.dtype}")
     _checks.positive_int("vocab_size", vocab_size)
-    _checks.positive_int("mask_id", mask_id, minimum=0)
+    _checks.token_ids("ids", ids, vocab_size, min_ndim=1)
+    if _checks.positive_int("mask_id", mask_id, minimum=0) >= vocab_size:
+        raise ValueError(f"mask_id must be a token id in [0, vocab_size={vocab_size}), got {mask_id}")
+    special_ids = _checks.as_integers("special_ids", list(special_ids) if isinstance(special_ids, (set, frozenset))
+                                      else special_ids, device=ids.device)
+    if special_ids.dim() > 1:
+        raise ValueError(f"special_ids must be a flat list of token ids, got shape {_checks.shape_str(special_ids.shape)}")
     for name, value in (("p", p), ("mask_prob", mask_prob), ("random_prob", random_prob)):
-        if _checks.positive_float(name, value, allow_zero=True) > 1:
-            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+        _checks.probability(name, value)
     if mask_prob + random_prob > 1 + 1e-12:
         raise ValueError(f"mask_prob + random_prob must be at most 1, got {mask_prob} + {random_prob}")
+    _checks.generator("generator", generator)
     labels = ids.clone()
-    special = torch.zeros_like(ids, dtype=torch.bool)
-    for s in special_ids:
-        special |= ids == int(s)
+    special = torch.isin(ids, special_ids)
     chance = torch.full(ids.shape, float(p)).masked_fill_(special.cpu(), 0.0)
     chosen = torch.bernoulli(chance, generator=generator).bool().to(ids.device)  # (B, T)
     labels[~chosen] = IGNORE_INDEX
@@ -82,12 +83,16 @@ def mlm_mask(ids: torch.Tensor, *, mask_id: int, vocab_size: int, special_ids: I
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the chosen positions only (labels != IGNORE_INDEX): logits (B, T, V), labels (B, T)."""
+    """Mean cross-entropy over the chosen positions only (labels != IGNORE_INDEX): logits (B, T, V), labels (B, T).
+
+    With no chosen position (possible in a tiny batch) the loss is 0, not NaN."""
     _checks.tensor("logits", logits, ndim=3, floating=True)
-    _checks.tensor("labels", labels, ndim=2)
+    _checks.token_ids("labels", labels, logits.shape[-1], ndim=2, ignore_index=IGNORE_INDEX)
     if logits.shape[:2] != labels.shape:
         raise ValueError(f"logits (B, T, V) and labels (B, T) disagree: {_checks.shape_str(logits.shape)} "
                          f"and {_checks.shape_str(labels.shape)}")
+    if not bool((labels != IGNORE_INDEX).any()):  # nothing to predict: a zero loss, not 0 / 0 = NaN
+        return logits.flatten()[:0].sum()  # 0, still a function of logits (a NaN elsewhere does not reach it)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
@@ -105,26 +110,36 @@ class MLMHead(nn.Module):
 
     def __init__(self, embedding: nn.Embedding, eps: float = 1e-5):
         super().__init__()
-        V, D = embedding.weight.shape
+        V, D = _checks.module("embedding", embedding, nn.Embedding, "a torch.nn.Embedding").weight.shape
         self.dense = nn.Linear(D, D)
         self.norm = nn.LayerNorm(D, eps=eps)
         self.embedding = embedding  # shared with the encoder, not a copy
         self.bias = nn.Parameter(torch.zeros(V))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        _checks.features("h", h, self.dense.in_features, module=self)
         h = self.norm(F.gelu(self.dense(h)))  # (B, T, D)
         return F.linear(h, self.embedding.weight, self.bias)  # (B, T, V)
 
 
-def _src_mask(ids: torch.Tensor, lengths) -> torch.Tensor | None:
-    """The padding mask (B, 1, T) of sequences of ``lengths`` (None: no padding)."""
+def _check_lengths(lengths, ids: torch.Tensor, ids_name: str = "ids") -> torch.Tensor:
+    """The real lengths (B,) of the rows of ``ids`` (B, T): integers in [1, T]."""
+    lengths = _checks.as_integers("lengths", lengths, device=ids.device)
+    if tuple(lengths.shape) != tuple(ids.shape[:1]):
+        raise ValueError(f"lengths must have one entry per sequence of {ids_name}, shape ({ids.shape[0]},), "
+                         f"got shape {_checks.shape_str(lengths.shape)}")
+    if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > ids.shape[1]):
+        raise ValueError(f"lengths must lie in [1, T={ids.shape[1]}] (T = the width of {ids_name}), got "
+                         f"{lengths.tolist()}")
+    return lengths
+
+
+def _src_mask(encoder: Encoder, ids: torch.Tensor, lengths, ids_name: str = "ids") -> torch.Tensor | None:
+    """Checks the token ids (B, T) for ``encoder``; the padding mask (B, 1, T) of ``lengths`` (None: no padding)."""
+    _check_ids(ids_name, ids, encoder.vocab_size, encoder.config.block_size)
     if lengths is None:
         return None
-    lengths = torch.as_tensor(lengths, device=ids.device)
-    if lengths.shape != ids.shape[:1]:
-        raise ValueError(f"lengths must have one entry per sequence, shape ({ids.shape[0]},), "
-                         f"got shape {_checks.shape_str(lengths.shape)}")
-    return padding_mask(lengths, ids.shape[1], device=ids.device)  # (B, 1, T)
+    return padding_mask(_check_lengths(lengths, ids, ids_name), ids.shape[1], device=ids.device)  # (B, 1, T)
 
 
 class MaskedLM(nn.Module):
@@ -149,7 +164,7 @@ class MaskedLM(nn.Module):
         INITS[config.init](self, config.n_layers)
 
     def forward(self, ids: torch.Tensor, lengths=None) -> torch.Tensor:
-        return self.head(self.encoder(ids, _src_mask(ids, lengths)))  # (B, T, V)
+        return self.head(self.encoder(ids, _src_mask(self.encoder, ids, lengths)))  # (B, T, V)
 
     def loss(self, inputs: torch.Tensor, labels: torch.Tensor, lengths=None) -> torch.Tensor:
         """The masked-LM loss of corrupted ``inputs`` (B, T) against ``labels`` (B, T) from :func:`mlm_mask`.
@@ -157,14 +172,15 @@ class MaskedLM(nn.Module):
         Equal to ``mlm_loss(self(inputs, lengths), labels)``, but the head scores only the chosen positions
         (about 15% of them), which saves most of the output layer's work.
         """
-        _checks.tensor("labels", labels, ndim=2)
+        mask = _src_mask(self.encoder, inputs, lengths, "inputs")  # (B, 1, T) or None
+        _checks.token_ids("labels", labels, self.config.vocab_size, ndim=2, ignore_index=IGNORE_INDEX)
         if labels.shape != inputs.shape:
             raise ValueError(f"inputs and labels must have the same shape (B, T), got "
                              f"{_checks.shape_str(inputs.shape)} and {_checks.shape_str(labels.shape)}")
-        h = self.encoder(inputs, _src_mask(inputs, lengths))  # (B, T, D)
+        h = self.encoder(inputs, mask)  # (B, T, D)
         chosen = labels != IGNORE_INDEX  # (B, T)
         if not bool(chosen.any()):  # nothing to predict (possible in a tiny batch): a zero loss, not NaN
-            return h.sum() * 0.0
+            return h.flatten()[:0].sum()  # 0, still a function of the model
         return F.cross_entropy(self.head(h[chosen]), labels[chosen])  # (n_chosen, V) against (n_chosen,)
 
 
@@ -192,7 +208,7 @@ class SequenceClassifier(nn.Module):
         self.head = nn.Linear(encoder.config.d_model, _checks.positive_int("n_classes", n_classes))
 
     def forward(self, ids: torch.Tensor, lengths=None) -> torch.Tensor:
-        mask = _src_mask(ids, lengths)  # (B, 1, T) or None
+        mask = _src_mask(self.encoder, ids, lengths)  # (B, 1, T) or None
         h = self.encoder(ids, mask)  # (B, T, D)
         return self.head(masked_mean(h, None if mask is None else mask[:, 0]))  # (B, D) -> (B, n_classes)
 
@@ -205,27 +221,63 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int, *, max_len: int | None 
 
     Chapter: from text to tokens, and pretraining.
     """
-    if not sequences:
-        raise ValueError("sequences is empty")
+    sequences = _check_sequences("sequences", sequences)
+    pad_id = _checks.positive_int("pad_id", pad_id, minimum=0)
     if max_len is not None:
         _checks.positive_int("max_len", max_len)
         sequences = [s[:max_len] for s in sequences]
     lengths = [len(s) for s in sequences]
-    if min(lengths) == 0:
-        raise ValueError(f"sequence {lengths.index(0)} is empty; every sequence needs at least one token")
-    ids = torch.full((len(sequences), max(lengths)), int(pad_id), dtype=torch.long)
+    ids = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
     for i, s in enumerate(sequences):
-        ids[i, :len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+        ids[i, :len(s)] = s
     return ids, torch.tensor(lengths)
 
 
-def _check_task(ids, lengths, labels) -> None:
+def _check_sequences(name: str, sequences, vocab_size: int | None = None) -> list[torch.Tensor]:
+    """A non-empty list of non-empty token sequences (lists or 1-D tensors of ids in [0, vocab_size)), as tensors."""
+    if isinstance(sequences, (str, bytes, torch.Tensor)) or not isinstance(sequences, Sequence):
+        raise TypeError(f"{name} must be a list of token sequences (lists of ids), got {type(sequences).__name__}")
+    if not sequences:
+        raise ValueError(f"{name} is empty")
+    out = []
+    for i, s in enumerate(sequences):
+        ids = _checks.as_integers(f"{name}[{i}]", s, what="a list of token ids")
+        if ids.dim() != 1 or ids.numel() == 0:
+            raise ValueError(f"{name}[{i}] must be a non-empty list of token ids (every sequence needs at least one "
+                             f"token), got {s!r:.60}")
+        if vocab_size is not None:
+            _checks.token_ids(f"{name}[{i}]", ids, vocab_size)
+        out.append(ids.long())
+    return out
+
+
+def _check_task(model, ids, lengths, labels) -> None:
+    _checks.module("model", model)
     _checks.tensor("ids", ids, ndim=2)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must hold integer token ids, got dtype {ids.dtype}")
     _checks.tensor("lengths", lengths, ndim=1)
-    _checks.tensor("labels", labels, ndim=1)
+    _checks.token_ids("labels", labels, None, ndim=1, what="class indices")
     if not ids.shape[0] == lengths.shape[0] == labels.shape[0]:
         raise ValueError(f"ids, lengths and labels must have one row per example, got {ids.shape[0]}, "
                          f"{lengths.shape[0]} and {labels.shape[0]}")
+    if ids.shape[0] == 0:
+        raise ValueError(f"ids holds no example: shape {_checks.shape_str(ids.shape)}")
+    _check_lengths(lengths, ids)
+
+
+def _scores(model, x, lens, y) -> torch.Tensor:
+    """The logits (B, C) of a batch, its labels checked against the C classes."""
+    logits = model(x, lens)  # (B, C)
+    _checks.token_ids("labels", y, logits.shape[-1], what="class indices")
+    return logits
+
+
+def _check_steps(steps, warmup, *, clip: bool = False) -> None:
+    """``steps`` >= 1 optimiser steps, ``warmup`` >= 0 of them (fewer than ``steps`` unless ``clip``: then cut)."""
+    _checks.positive_int("steps", steps)
+    if _checks.positive_int("warmup", warmup, minimum=0) >= steps and not clip:
+        raise ValueError(f"warmup must be smaller than steps, got {warmup} and {steps}")
 
 
 def fit_classifier(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor, *,
@@ -241,11 +293,12 @@ def fit_classifier(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, l
 
     Chapter: from text to tokens, and pretraining.
     """
-    _check_task(ids, lengths, labels)
+    _check_task(model, ids, lengths, labels)
     n = ids.shape[0]
     batch_size = min(_checks.positive_int("batch_size", batch_size), n)
+    _check_steps(steps, warmup)
     device = next(model.parameters()).device
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
     order: list[int] = []
 
     def batch(_step: int):
@@ -258,12 +311,13 @@ def fit_classifier(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, l
 
     def loss_fn(m, b):
         x, lens, y = b
-        return F.cross_entropy(m(x, lens), y)
+        return F.cross_entropy(_scores(m, x, lens, y), y)
 
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameter (every requires_grad is False)")
-    optimizer = torch.optim.AdamW(params, lr=_checks.positive_float("lr", lr), weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=_checks.positive_float("lr", lr),
+                                  weight_decay=_checks.positive_float("weight_decay", weight_decay, allow_zero=True))
     schedule = train.cosine_schedule(steps, warmup_steps=warmup, min_factor=0.0)
     return train.fit(model, batch, loss_fn, steps=steps, optimizer=optimizer, schedule=schedule,
                      desc="fine-tuning", quiet=quiet)
@@ -276,7 +330,8 @@ def accuracy(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, labels:
 
     Chapter: from text to tokens, and pretraining.
     """
-    _check_task(ids, lengths, labels)
+    _check_task(model, ids, lengths, labels)
+    batch_size = _checks.positive_int("batch_size", batch_size)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -284,7 +339,8 @@ def accuracy(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, labels:
     for start in range(0, ids.shape[0], batch_size):
         lens = lengths[start:start + batch_size]
         x = ids[start:start + batch_size, :int(lens.max())].to(device)
-        correct += int((model(x, lens.to(device)).argmax(-1).cpu() == labels[start:start + batch_size]).sum())
+        y = labels[start:start + batch_size]
+        correct += int((_scores(model, x, lens.to(device), y.to(device)).argmax(-1).cpu() == y).sum())
     model.train(was_training)
     return correct / ids.shape[0]
 
@@ -300,16 +356,12 @@ def words_of(text: str, *, min_len: int = 1, max_len: int | None = None, lower: 
     import re
 
     _checks.positive_int("min_len", min_len)
-    words = re.findall(r"[A-Za-z]+", _checks_text(text))
+    if max_len is not None:
+        _checks.positive_int("max_len", max_len)
+    words = re.findall(r"[A-Za-z]+", _checks.text("text", text))
     if lower:
         words = [w.lower() for w in words]
     return [w for w in words if len(w) >= min_len and (max_len is None or len(w) <= max_len)]
-
-
-def _checks_text(text) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    return text
 
 
 def shuffled_word_task(words: Sequence[str], *, seed: int = 0, tries: int = 50) -> tuple[list[str], list[int]]:
@@ -324,9 +376,11 @@ def shuffled_word_task(words: Sequence[str], *, seed: int = 0, tries: int = 50) 
 
     Chapter: from text to tokens, and pretraining.
     """
-    distinct = sorted(set(words))
+    distinct = sorted(set(_checks.texts("words", words)))
     if not distinct:
         raise ValueError("words is empty")
+    tries = _checks.positive_int("tries", tries)
+    _checks.positive_int("seed", seed, minimum=0)
     known = set(distinct)
     rng = random.Random(seed)
     rng.shuffle(distinct)
@@ -354,14 +408,18 @@ def fit_mlm(model: MaskedLM, sequences: Sequence[Sequence[int]], *, pad_id: int,
 
     Chapter: from text to tokens, and pretraining.
     """
-    if not isinstance(model, MaskedLM):
-        raise TypeError(f"model must be an attnbook.pretrain.MaskedLM, got {type(model).__name__}")
-    if not sequences:
-        raise ValueError("sequences is empty")
-    device = next(model.parameters()).device
-    g = torch.Generator().manual_seed(seed)
+    _checks.module("model", model, MaskedLM, "an attnbook.pretrain.MaskedLM")
     V = model.config.vocab_size
     block = model.config.block_size
+    _check_sequences("sequences", sequences, V)
+    for name, value in (("pad_id", pad_id), ("mask_id", mask_id)):
+        if _checks.positive_int(name, value, minimum=0) >= V:
+            raise ValueError(f"{name} must be a token id in [0, vocab_size={V}), got {value}")
+    batch_size = _checks.positive_int("batch_size", batch_size)
+    _checks.probability("p", p)
+    _check_steps(steps, warmup, clip=True)
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
 
     def batch(_step: int):
         idx = torch.randint(len(sequences), (batch_size,), generator=g).tolist()
@@ -373,7 +431,8 @@ def fit_mlm(model: MaskedLM, sequences: Sequence[Sequence[int]], *, pad_id: int,
         inputs, labels, lengths = b
         return m.loss(inputs, labels, lengths)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=_checks.positive_float("lr", lr), weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=_checks.positive_float("lr", lr),
+                                  weight_decay=_checks.positive_float("weight_decay", weight_decay, allow_zero=True))
     schedule = train.cosine_schedule(steps, warmup_steps=min(warmup, steps - 1), min_factor=0.1)
     return train.fit(model, batch, loss_fn, steps=steps, optimizer=optimizer, schedule=schedule, desc=desc,
                      quiet=quiet)

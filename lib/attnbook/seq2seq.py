@@ -51,13 +51,7 @@ def _check_decoder_model(model) -> None:
 
 
 def _token_ids(name: str, ids, vocab_size: int) -> torch.Tensor:
-    _checks.tensor(name, ids, ndim=2)
-    if ids.is_floating_point() or ids.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(f"{name} holds ids outside the vocabulary [0, {vocab_size - 1}]: "
-                         f"min {int(ids.min())}, max {int(ids.max())}")
-    return ids
+    return _checks.token_ids(name, ids, vocab_size, ndim=2)
 
 
 class Encoder(nn.Module):

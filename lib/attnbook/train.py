@@ -35,16 +35,22 @@ def pick_device(prefer: str | None = None) -> torch.device:
     ``prefer`` (or the environment variable ``ATTNBOOK_DEVICE``) forces one, e.g. ``"cpu"``;
     asking for a device that is not available raises an error that says so.
     """
+    if prefer is not None and not isinstance(prefer, (str, torch.device)):
+        raise TypeError(f"prefer must be a device name such as 'cpu' or 'cuda', got {type(prefer).__name__}")
     prefer = prefer or os.environ.get("ATTNBOOK_DEVICE") or None
     if prefer is not None:
-        device = torch.device(prefer)
+        try:
+            device = torch.device(prefer)
+        except RuntimeError:
+            raise ValueError(f"prefer (or ATTNBOOK_DEVICE) must name a device such as 'cpu', 'cuda' or 'mps', "
+                             f"got {prefer!r}") from None
         available = {
             "cpu": True,
             "cuda": torch.cuda.is_available(),
             "mps": hasattr(torch.backends, "mps") and torch.backends.mps.is_available(),
         }.get(device.type, False)
         if not available:
-            raise RuntimeError(f"device {prefer!r} was asked for (prefer or ATTNBOOK_DEVICE) but is not available here")
+            raise ValueError(f"device {prefer!r} was asked for (prefer or ATTNBOOK_DEVICE) but is not available here")
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -60,6 +66,10 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
     """
     from tqdm.auto import tqdm
 
+    if total is not None:
+        _checks.positive_int("total", total, minimum=0)
+    if desc is not None:
+        _checks.text("desc", desc)
     kwargs.setdefault("disable", os.environ.get("ATTNBOOK_PROGRESS", "1") == "0")
     kwargs.setdefault("mininterval", 0.5)
     return tqdm(iterable, total=total, desc=desc, **kwargs)
@@ -83,14 +93,15 @@ class History:
             self.evals.setdefault(name, []).append(float(value))
 
     def smoothed_loss(self, window: int = 20) -> list[float]:
-        """A running mean of the training loss over ``window`` steps (for plots)."""
-        out, acc = [], 0.0
-        for i, value in enumerate(self.loss):
-            acc += value
-            if i >= window:
-                acc -= self.loss[i - window]
-            out.append(acc / min(i + 1, window))
-        return out
+        """The mean of the training loss over the last ``window`` steps at each step (fewer at the start), for plots.
+
+        A non-finite loss (a diverged step) shows only in the ``window`` means that include it.
+        """
+        window = _checks.positive_int("window", window)
+        wrong = [v for v in self.loss if isinstance(v, bool) or not isinstance(v, (int, float))]
+        if wrong:
+            raise TypeError(f"loss must hold numbers (one training loss per step), got {wrong[0]!r}")
+        return [sum(self.loss[max(0, i + 1 - window):i + 1]) / min(i + 1, window) for i in range(len(self.loss))]
 
 
 def _batches(source) -> Callable[[int], object]:
@@ -141,6 +152,11 @@ def fit(
         quiet: no progress bar (for many short runs inside an outer loop that shows its own).
     """
     steps = _checks.positive_int("steps", steps)
+    _checks.module("model", model)
+    _checks.function("loss_fn", loss_fn)
+    _checks.function("schedule", schedule, optional=True)
+    _checks.function("evaluate", evaluate, optional=True)
+    eval_every = _checks.positive_int("eval_every", eval_every, minimum=0)
     if grad_clip is not None:
         grad_clip = _checks.positive_float("grad_clip", grad_clip)
     next_batch = _batches(batches)

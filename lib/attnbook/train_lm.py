@@ -98,7 +98,7 @@ class TrainConfig:
         for name in ("min_lr_factor", "weight_decay", "grad_clip", "dropout"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
         for name in ("beta1", "beta2", "val_fraction", "dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
+            if not 0.0 <= _checks.positive_float(name, getattr(self, name), allow_zero=True) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.min_lr_factor > 1:
             raise ValueError(f"min_lr_factor must be in [0, 1], got {self.min_lr_factor}")
@@ -164,6 +164,8 @@ def scaling_recipe(n_layers: int, d_model: int, n_heads: int, tokens: int, *, se
     Chapter: scaling and practice.
     """
     tokens = _checks.positive_int("tokens", tokens)
+    batch_size = _checks.positive_int("batch_size", batch_size)
+    block_size = _checks.positive_int("block_size", block_size)
     steps = tokens // (batch_size * block_size)
     if steps < 10:
         raise ValueError(f"tokens must buy at least 10 steps of {batch_size} x {block_size} tokens, got {tokens}")
@@ -184,6 +186,8 @@ class CheckpointError(ValueError):
 
 def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on the weight matrices and embeddings only (not on biases or norm gains)."""
+    _checks.module("model", model)
+    _checks.instance("config", config, TrainConfig, "a TrainConfig")
     decay, no_decay = [], []
     for p in {id(p): p for p in model.parameters() if p.requires_grad}.values():
         (decay if p.dim() >= 2 else no_decay).append(p)
@@ -359,20 +363,22 @@ def _config_differences(saved: dict, current: dict, *, ignore=()) -> str:
 
 
 def _read_checkpoint(path, *, map_location=None) -> dict:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a path (a str or a pathlib.Path), got {type(path).__name__}")
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}")
+        raise CheckpointError(f"no checkpoint at path {str(path)!r}")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # truncated files, other pickles, random bytes: all refused the same way
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CheckpointError(f"{path} is not a readable checkpoint (corrupted or not written by "
+        raise CheckpointError(f"path {str(path)!r} is not a readable checkpoint (corrupted or not written by "
                               f"attnbook.train_lm): {message}") from None
     required = {"format", "step", "train_seconds", "world_size", "train_config", "model_config", "chars", "model",
                 "optimizer"}
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not required <= set(ckpt):
         found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise CheckpointError(f"{path} is not an attnbook.train_lm checkpoint (expected format "
+        raise CheckpointError(f"path {str(path)!r} is not an attnbook.train_lm checkpoint (expected format "
                               f"{CHECKPOINT_FORMAT!r}, found {found!r})")
     return ckpt
 
