@@ -98,4 +98,4 @@ def main(argv: list[str] | None = None) -> int:
 
 # the modules register their diagrams when imported
 from . import (  # noqa: E402,F401
-    ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch15, legend)
+    ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15, legend)
