@@ -138,3 +138,27 @@ def lora() -> Diagram:
     d.text(34, 34, "$h = xW^\\top + (\\alpha / r)\\, x A^\\top B^\\top$", anchor="start", size=SMALL)
     d.text(360, 296, "rank $r \\ll d$: only $r(d_{in} + d_{out})$ numbers are trained", size=SMALL, muted=True)
     return d
+
+
+@diagram
+def gpt2_c_attn() -> Diagram:
+    d = Diagram("gpt2_c_attn", 720, 300, "GPT-2's c_attn matrix split into the book's W_q, W_k and W_v")
+    side, x0, y0 = 110, 90, 70  # D numbers in the picture; the matrix's corner
+    d.text(20, 18, "GPT-2's c_attn.weight, stored (in, out)", anchor="start", bold=True, size=SMALL)
+    d.brace(x0, y0 - 10, x0 + 3 * side, y0 - 10, "out: $3D$", side=-1)
+    d.brace(x0 - 10, y0, x0 - 10, y0 + side, "in: $D$", side=-1)
+    roles = (("query", "$q$", "$W_q$"), ("key", "$k$", "$W_k$"), ("value", "$v$", "$W_v$"))
+    for i, (role, name, label) in enumerate(roles):
+        part = d.box(x0 + i * side, y0, side, side, ["columns", (f"for {name}", SMALL)], role=role, size=SMALL)
+        target = d.box(part.x + 10, 222, side - 20, 40, label, shape="layer")
+        d.arrow([part.bottom, target.top], role=role)
+    d.text(x0 + side / 2 - 8, 201, "each transposed", anchor="end", size=SMALL, muted=True)
+    d.text(x0 + 1.5 * side, 284, "the book's nn.Linear layers, $D \\times D$ each, stored (out, in)", size=SMALL,
+           muted=True)
+    notes = ["GPT-2's Conv1D computes $xW + b$", "with $W$ stored (in, out);", "",
+             "nn.Linear computes $xW^\\top + b$", "with $W$ stored (out, in).", "",
+             "So: split the $3D$ columns in three", "and transpose each block; the bias,", "$3D$ numbers, splits the same way."]
+    for k, line in enumerate(notes):
+        if line:
+            d.text(446, 80 + 22 * k, line, anchor="start", size=SMALL)
+    return d
