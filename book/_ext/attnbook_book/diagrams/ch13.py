@@ -162,3 +162,46 @@ def gpt2_c_attn() -> Diagram:
         if line:
             d.text(446, 80 + 22 * k, line, anchor="start", size=SMALL)
     return d
+
+
+@diagram
+def pretrain_finetune() -> Diagram:
+    d = Diagram("pretrain_finetune", 720, 392, "Pretraining an encoder, then fine-tuning it, against training from scratch")
+
+    def letters(y, word, masked=None):
+        """One box per letter from x = 20, its middle at y; returns the right end."""
+        for i, ch in enumerate(word):
+            d.box(20 + i * 30, y - 14, 26, 28, "M" if i == masked else ch, size=SMALL,
+                  role="mask" if i == masked else None)
+        return 20 + len(word) * 30 - 4
+
+    lanes = [(44, "pretraining: no labels"), (176, "fine-tuning: few labels"),
+             (300, "from scratch: the same labels")]
+    encoders = []
+    for k, (top, title) in enumerate(lanes):
+        d.text(20, top - 20, title, anchor="start", bold=True, size=SMALL)
+        y = top + 30
+        end = letters(y, "master" if k == 0 else "tsemar", masked=2 if k == 0 else None)
+        enc = d.box(226, y - 22, 150, 44, ["encoder", ("copied" if k == 1 else "fresh weights" if k == 2 else
+                                                       "bidirectional", SMALL)], shape="layer", size=SMALL)
+        encoders.append(enc)
+        d.arrow([(end, y), enc.left])
+        if k == 0:
+            head = d.box(410, y - 18, 110, 36, "MLM head", shape="layer", size=SMALL)
+            d.arrow([enc.right, head.left])
+            out = d.box(550, y - 14, 26, 28, "s", role="value", size=SMALL)
+            d.arrow([head.right, out.left])
+            d.text(586, y, "the masked letter", anchor="start", size=SMALL, muted=True)
+        else:
+            mean = d.box(410, y - 16, 90, 32, "mean", shape="op", size=SMALL)
+            head = d.box(530, y - 18, 80, 36, "head", shape="layer", size=SMALL)
+            d.arrow([enc.right, mean.left])
+            d.arrow([mean.right, head.left])
+            d.arrow([head.right, (640, y)])
+            d.text(648, y - 10, "real or", anchor="start", size=SMALL)
+            d.text(648, y + 10, "shuffled", anchor="start", size=SMALL)
+    d.arrow([encoders[0].bottom, encoders[1].top], dashed=True)
+    d.text(encoders[0].cx + 10, 132, "copy its weights", anchor="start", size=SMALL, muted=True)
+    d.text(360, 376, "The same labelled examples and recipe for both; only the encoder's starting weights differ.",
+           size=SMALL, muted=True)
+    return d
