@@ -167,7 +167,7 @@ def prose_sentences(md: Path) -> list[str]:
             continue  # a directive option
         kept.append(line)
     text = "\n".join(kept)
-    # a diagram's alt text describes the picture, whose numbers tests/test_diagrams.py checks against it
+    # a diagram's alt text describes the picture, whose numbers tests/book/test_diagrams.py checks against it
     text = re.sub(r"!\[[^\]]*\]\([^)]*\)", " DIAGRAM ", text)
     text = re.sub(r"\$\$.*?\$\$|\$[^$\n]+\$", " FORMULA ", text, flags=re.S)
     text = re.sub(r"\{cite(?::\w+)?\}`[^`]*`", " CITATION ", text)

@@ -1,6 +1,6 @@
 """With ATTNBOOK_REPLAY_CHECKS=1, every checker of attnbook.exercises is also run the way the grader runs it:
 recorded on the answer, then replayed from the record alone; the replayed outcome (result or hint) must be
-the direct one. tests/test_exercises_grade.py runs the checkers' tests in this mode."""
+the direct one. tests/grading/test_grading.py runs the checkers' tests in this mode."""
 import importlib
 import os
 

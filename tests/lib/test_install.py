@@ -7,7 +7,7 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Run by the installed interpreter in an empty folder: every network connection raises, so a download
 # attempt fails loudly; then the datasets are loaded from the package alone.

@@ -1,6 +1,6 @@
 """attnbook.attention.MultiHeadAttention: symmetries, the two paths, masks, causality, padding, and errors.
 
-Equality with torch.nn.MultiheadAttention on copied weights is in tests/test_attention.py.
+Equality with torch.nn.MultiheadAttention on copied weights is in tests/lib/test_attention.py.
 """
 import math
 

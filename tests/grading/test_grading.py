@@ -18,7 +18,7 @@ import torch
 
 from attnbook.exercises import catalog, grade, replay
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "book" / "_ext"))
 
 from attnbook_book import notebooks  # noqa: E402
@@ -309,9 +309,9 @@ def test_forging_in_the_checker_fails(graded):
 # --- the replayed checks equal the direct ones ---------------------------------------------------------------
 
 def test_replayed_checks_give_the_checkers_own_outcomes_and_hints():
-    """The checkers' own tests, with every check also recorded and replayed (tests/conftest.py): right
+    """The checkers' own tests, with every check also recorded and replayed (tests/exercises/conftest.py): right
     answers, stubs and the usual wrong answers of functions, numbers, masks and classes."""
-    files = [f"tests/test_exercises_{m}.py" for m in ("queries_keys_values", "masking", "lab_mini_gpt")]
+    files = [f"tests/exercises/test_exercises_{m}.py" for m in ("queries_keys_values", "masking", "lab_mini_gpt")]
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=REPO,
                          env={**os.environ, "ATTNBOOK_REPLAY_CHECKS": "1"}, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

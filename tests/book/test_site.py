@@ -27,7 +27,7 @@ import yaml
 
 pytestmark = pytest.mark.site
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INPAGE_ASSETS = re.compile(r"/_static/(vendor/onnxruntime|models)/")  # what the model in the page loads
 HTML = Path(os.environ.get("ATTNBOOK_HTML") or REPO / "_build" / "html").resolve()
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
