@@ -31,17 +31,30 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 	--nbval-cell-timeout=900 -p no:cacheprovider \
 	--executed-dir $(BUILD)/executed --times-report $(BUILD)/reports/execution_times.json
 
+LINTED := lib book/_ext tests benchmarks
+
 .PHONY: help setup python-env npm-assets chromium diagrams sync execute html book test test-lib test-notebooks \
-	test-site test-gpu student bench clean
+	test-site test-gpu student bench clean lint format check
 
 help:
-	@echo "make book      set up, execute every chapter, build the HTML book into $(BUILD)/html"
-	@echo "make test      set up and run every check (library, notebooks, book build, browser)"
-	@echo "make student   write the chapter notebooks without solutions into $(BUILD)/student"
-	@echo "make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
-	@echo "make bench     run the benchmarks in benchmarks/ (slow)"
-	@echo "make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
-	@echo "make diagrams  redraw book/images/diagrams/*.svg from their sources (attnbook_book.diagrams)"
+	@echo "The two commands:"
+	@echo "  make book      set up, execute every chapter, build the HTML book into $(BUILD)/html"
+	@echo "  make test      set up and run every check (lint, library, notebooks, book build, browser)"
+	@echo "Working on the book:"
+	@echo "  make check     lint and library tests: the quick loop while changing the library"
+	@echo "  make lint      ruff over the library, tools and tests; the chapters' code at 79 columns"
+	@echo "  make format    format the library, tools and tests (ruff) and the chapters' code (79 columns)"
+	@echo "  make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
+	@echo "  make diagrams  redraw book/images/diagrams/*.svg from their sources (attnbook_book.diagrams)"
+	@echo "  make execute html test-site BUILD=_build/one NB=chapters/04_queries_keys_values.ipynb PARTIAL=1"
+	@echo "                 execute, build and check one chapter"
+	@echo "  make test-lib  the library, exercise, grading and book-source tests (no notebooks, no browser)"
+	@echo "  make student   write the chapter notebooks without solutions into $(BUILD)/student"
+	@echo "  make setup     the virtual environment, the JavaScript assets and Chromium"
+	@echo "  make clean     remove $(BUILD)"
+	@echo "Elsewhere:"
+	@echo "  make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
+	@echo "  make bench     run the benchmarks in benchmarks/ (slow)"
 
 # --- set-up -------------------------------------------------------------------------------------
 setup: python-env npm-assets chromium
@@ -99,6 +112,21 @@ test: setup
 	$(MAKE) html
 	$(MAKE) test-site
 	$(MAKE) student
+
+# Lint: ruff (pyproject.toml) over the Python code; the chapters' code cells through their paired notebooks
+# (chapters/ruff.toml: 79 columns, the width of the page's code column).
+lint: python-env
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/ruff check chapters/*.ipynb
+
+format: python-env
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
+	$(PY) -m attnbook_book.codestyle
+	$(PY) -m attnbook_book.notebooks sync
+
+check: lint test-lib
 
 test-lib: python-env
 	$(PY) -m pytest tests -m "not site" -p no:cacheprovider

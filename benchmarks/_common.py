@@ -1,4 +1,5 @@
 """What every benchmark script shares: the machine's description and the README section it rewrites."""
+
 from __future__ import annotations
 
 import os
@@ -7,8 +8,10 @@ import statistics
 from pathlib import Path
 
 README = Path(__file__).resolve().parent / "README.md"
-README_HEADER = ("# Benchmarks\n\nScripts that measure speed, memory and training quality; each writes JSON to "
-                 "`results/` and its section below.\n")
+README_HEADER = (
+    "# Benchmarks\n\nScripts that measure speed, memory and training quality; each writes JSON to "
+    "`results/` and its section below.\n"
+)
 
 
 def cpu_name() -> str:

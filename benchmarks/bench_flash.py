@@ -18,6 +18,7 @@ the results go to flash_T.json and a section of their own (e.g. ``--threads 1 --
     .venv/bin/python benchmarks/bench_flash.py                 # the full run (a few minutes)
     .venv/bin/python benchmarks/bench_flash.py --sizes 1024 2048 --no-readme   # a quick look
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,11 @@ import sys
 from pathlib import Path
 
 import torch
-
-from attnbook import attention, flash, measure
 from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import attention, flash, measure
 
 HERE = Path(__file__).resolve().parent
 TARGET_N, TARGET_MEMORY, TARGET_ERROR = 8192, 0.05, 1e-5
-
-
-
-
 
 
 def measure_one(n: int, d: int, args, device: torch.device) -> dict:
@@ -61,20 +57,20 @@ def measure_one(n: int, d: int, args, device: torch.device) -> dict:
     row["time_ratio"] = row["tiled_seconds_best"] / row["naive_seconds_best"]
     if n <= args.backward_up_to:
         grad = torch.randn(n, d, generator=g).to(device)
-        for name, fn in (("naive", attention.scaled_dot_product_attention),
-                         ("tiled", lambda q, k, v: flash.flash_attention(q, k, v, block_q=args.block_q,
-                                                                          block_k=args.block_k))):
+        for name, fn in (
+            ("naive", attention.scaled_dot_product_attention),
+            ("tiled", lambda q, k, v: flash.flash_attention(q, k, v, block_q=args.block_q, block_k=args.block_k)),
+        ):
             leaves = [t.clone().requires_grad_() for t in (q, k, v)]
             step = lambda: torch.autograd.grad(fn(*leaves), leaves, grad)  # noqa: E731
             row[f"{name}_train_peak_bytes"] = measure.peak_memory(step, device=device)
-            row[f"{name}_train_seconds_best"] = measure.time_fn(step, repeats=max(1, args.repeats - 1), warmup=1,
-                                                                device=device).best
+            row[f"{name}_train_seconds_best"] = measure.time_fn(
+                step, repeats=max(1, args.repeats - 1), warmup=1, device=device
+            ).best
         row["train_memory_ratio"] = row["tiled_train_peak_bytes"] / row["naive_train_peak_bytes"]
         row["train_time_ratio"] = row["tiled_train_seconds_best"] / row["naive_train_seconds_best"]
     row["load_after"] = loadavg()
     return row
-
-
 
 
 def table(result: dict) -> str:
@@ -102,29 +98,37 @@ def table(result: dict) -> str:
     ]
     for r in result["rows"]:
         lines.append(
-            f"| {r['N']:,} | {measure.format_bytes(r['naive_peak_bytes'])} | {measure.format_bytes(r['tiled_peak_bytes'])} "
+            f"| {r['N']:,} | {measure.format_bytes(r['naive_peak_bytes'])} "
+            f"| {measure.format_bytes(r['tiled_peak_bytes'])} "
             f"| {r['memory_ratio']:.2%} | {r['naive_seconds_best']:.3f} | {r['tiled_seconds_best']:.3f} "
-            f"| {r['time_ratio']:.2f} | {r['max_abs_error_tiled_vs_naive']:.1e} |")
+            f"| {r['time_ratio']:.2f} | {r['max_abs_error_tiled_vs_naive']:.1e} |"
+        )
     train = [r for r in result["rows"] if "train_memory_ratio" in r]
     if train:
-        lines += ["", "Forward and backward pass (gradients for q, k and v):", "",
-                  "| N | naive memory | tiled memory | tiled / naive | naive time (s) | tiled time (s) | time ratio |",
-                  "|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "Forward and backward pass (gradients for q, k and v):",
+            "",
+            "| N | naive memory | tiled memory | tiled / naive | naive time (s) | tiled time (s) | time ratio |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in train:
             lines.append(
                 f"| {r['N']:,} | {measure.format_bytes(r['naive_train_peak_bytes'])} "
                 f"| {measure.format_bytes(r['tiled_train_peak_bytes'])} | {r['train_memory_ratio']:.2%} "
                 f"| {r['naive_train_seconds_best']:.3f} | {r['tiled_train_seconds_best']:.3f} "
-                f"| {r['train_time_ratio']:.2f} |")
+                f"| {r['train_time_ratio']:.2f} |"
+            )
     t = result["targets"]
     if t:
-        lines += ["", f"Targets at N = {TARGET_N:,}: tiled memory at most {TARGET_MEMORY:.0%} of naive: "
-                  f"**{t['memory_ratio']:.2%}, {'met' if t['memory_met'] else 'NOT met'}**; max absolute error at "
-                  f"most {TARGET_ERROR:g}: **{t['max_abs_error']:.1e}, {'met' if t['error_met'] else 'NOT met'}**."]
+        lines += [
+            "",
+            f"Targets at N = {TARGET_N:,}: tiled memory at most {TARGET_MEMORY:.0%} of naive: "
+            f"**{t['memory_ratio']:.2%}, {'met' if t['memory_met'] else 'NOT met'}**; max absolute error at "
+            f"most {TARGET_ERROR:g}: **{t['max_abs_error']:.1e}, {'met' if t['error_met'] else 'NOT met'}**.",
+        ]
     lines.append(end)
     return "\n".join(lines)
-
-
 
 
 def main(argv=None) -> int:
@@ -142,8 +146,11 @@ def main(argv=None) -> int:
     parser.add_argument("--readme", type=Path, default=HERE / "README.md")
     parser.add_argument("--no-readme", action="store_true", help="do not update the README table")
     parser.add_argument("--note", default="", help="a sentence about the run, printed under the table's header")
-    parser.add_argument("--readme-only", action="store_true",
-                        help="rewrite the README section from the existing JSON results, without measuring")
+    parser.add_argument(
+        "--readme-only",
+        action="store_true",
+        help="rewrite the README section from the existing JSON results, without measuring",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -159,28 +166,51 @@ def main(argv=None) -> int:
         write_section("bench_flash" + (f"_{tag}" if tag else ""), table(result), args.readme)
         print(f"updated {args.readme} from {args.output}")
         return 0
-    environment = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(),
-                   "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                   "python": platform.python_version(), "device": str(device), "load_before": loadavg(),
-                   "note": args.note}
+    environment = {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "load_before": loadavg(),
+        "note": args.note,
+    }
     rows = []
     for n in args.sizes:
         rows.append(measure_one(n, args.d, args, device))
         r = rows[-1]
-        print(f"N = {n:6d}: memory {measure.format_bytes(r['naive_peak_bytes'])} naive, "
-              f"{measure.format_bytes(r['tiled_peak_bytes'])} tiled ({r['memory_ratio']:.2%}); time "
-              f"{r['naive_seconds_best']:.3f} s naive, {r['tiled_seconds_best']:.3f} s tiled "
-              f"(x{r['time_ratio']:.2f}); max abs error {r['max_abs_error_tiled_vs_naive']:.1e}; load {r['load_after']}",
-              flush=True)
+        print(
+            f"N = {n:6d}: memory {measure.format_bytes(r['naive_peak_bytes'])} naive, "
+            f"{measure.format_bytes(r['tiled_peak_bytes'])} tiled ({r['memory_ratio']:.2%}); time "
+            f"{r['naive_seconds_best']:.3f} s naive, {r['tiled_seconds_best']:.3f} s tiled "
+            f"(x{r['time_ratio']:.2f}); max abs error {r['max_abs_error_tiled_vs_naive']:.1e}; load {r['load_after']}",
+            flush=True,
+        )
     environment["load_after"] = loadavg()
     targets = {}
     at = next((r for r in rows if r["N"] == TARGET_N), None)
     if at is not None:
-        targets = {"N": TARGET_N, "memory_ratio": at["memory_ratio"], "memory_met": at["memory_ratio"] <= TARGET_MEMORY,
-                   "max_abs_error": at["max_abs_error_tiled_vs_naive"],
-                   "error_met": at["max_abs_error_tiled_vs_naive"] <= TARGET_ERROR}
-    result = {"benchmark": "flash", "tag": args.tag, "d": args.d, "dtype": "float32", "block_q": args.block_q, "block_k": args.block_k,
-              "repeats": args.repeats, "environment": environment, "rows": rows, "targets": targets}
+        targets = {
+            "N": TARGET_N,
+            "memory_ratio": at["memory_ratio"],
+            "memory_met": at["memory_ratio"] <= TARGET_MEMORY,
+            "max_abs_error": at["max_abs_error_tiled_vs_naive"],
+            "error_met": at["max_abs_error_tiled_vs_naive"] <= TARGET_ERROR,
+        }
+    result = {
+        "benchmark": "flash",
+        "tag": args.tag,
+        "d": args.d,
+        "dtype": "float32",
+        "block_q": args.block_q,
+        "block_k": args.block_k,
+        "repeats": args.repeats,
+        "environment": environment,
+        "rows": rows,
+        "targets": targets,
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.output}")

@@ -14,6 +14,7 @@ default).
 
 Writes benchmarks/results/lab.json and the section between the bench_lab markers of benchmarks/README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,16 +26,13 @@ import time
 from pathlib import Path
 
 import torch
-
-from attnbook import train_lm
 from _common import loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import train_lm
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "lab.json"
 README = HERE / "README.md"
 START, END = "<!-- bench_lab:start -->", "<!-- bench_lab:end -->"
-
-
 
 
 def time_to_target(curve: list[dict], target: float) -> tuple[float | None, float | None]:
@@ -99,7 +97,8 @@ nanoGPT's recipe as stated; the loss is on the first 40,000 validation character
 | ReLU, 2 layers, batch 24, lr 6e-3, 800 steps | 600 / 800 | 1.896 / 1.831 | whole |
 | the same with a 600-step schedule | 600 | 1.896 | whole |
 | the same, feed-forward width 256 instead of 512 | 700 / 800 | 1.901 / 1.878 | whole |
-| ReLU, 2 layers, width 96, batch 24, lr 6e-3, 900 steps (**the book's recipe**) | 700 / 800 / 900 | 1.899 / 1.862 / 1.839 | whole |
+| ReLU, 2 layers, width 96, batch 24, lr 6e-3, 900 steps (**the book's recipe**) | 700 / 800 / 900 \
+| 1.899 / 1.862 / 1.839 | whole |
 
 Time per step, measured interleaved in one process with 1 thread: nanoGPT's recipe 1.00, 2 layers of width
 128 with batch 24 0.96, the same with width 96 0.64, with feed-forward width 256 0.79. An earlier run of this
@@ -110,7 +109,8 @@ hundred steps more.
 
 What mattered: the number of optimiser steps more than the characters seen (batch 8 or a larger learning
 rate alone did not help), half the depth and three quarters of the width at little cost in progress per
-step, and a doubled batch with a 6x larger learning rate. A context of 128 characters hurt within these short runs (128 learned positions to
+step, and a doubled batch with a 6x larger learning rate. A context of 128 characters hurt within these short
+runs (128 learned positions to
 train, and half as many windows per batch at the same cost). Time per step depends on the load (the machine
 was shared throughout), so these runs compare losses at equal steps; the table above compares times.
 """
@@ -118,29 +118,42 @@ was shared throughout), so these runs compare losses at equal steps; the table a
 
 def markdown(result: dict) -> str:
     target = result["target"]
-    rows = ["| recipe | model | steps x batch x context | training time | final validation loss | "
-            f"time to {target} (first evaluation / interpolated) |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| recipe | model | steps x batch x context | training time | final validation loss | "
+        f"time to {target} (first evaluation / interpolated) |",
+        "|---|---|---|---|---|---|",
+    ]
     for run in result["runs"]:
         c = run["config"]
-        reached = (f"{run['time_to_target']:.0f} s / {run['time_to_target_interpolated']:.0f} s"
-                   if run["time_to_target"] is not None else f"not reached in {run['train_seconds']:.0f} s")
-        rows.append(f"| {run['name']} | {c['n_layers']} layers, width {c['d_model']}, {c['mlp']}, "
-                    f"{run['n_params']:,} parameters | {c['steps']} x {c['batch_size']} x {c['block_size']} | "
-                    f"{run['train_seconds']:.0f} s | {run['curve'][-1]['val_loss']:.3f} | {reached} |")
+        reached = (
+            f"{run['time_to_target']:.0f} s / {run['time_to_target_interpolated']:.0f} s"
+            if run["time_to_target"] is not None
+            else f"not reached in {run['train_seconds']:.0f} s"
+        )
+        rows.append(
+            f"| {run['name']} | {c['n_layers']} layers, width {c['d_model']}, {c['mlp']}, "
+            f"{run['n_params']:,} parameters | {c['steps']} x {c['batch_size']} x {c['block_size']} | "
+            f"{run['train_seconds']:.0f} s | {run['curve'][-1]['val_loss']:.3f} | {reached} |"
+        )
     ratio = result.get("ratio")
     if ratio is not None:
         verdict = "is met" if ratio <= 1 / 3 else "is missed"
         rows.append("")
-        rows.append(f"Time to {target}, book / reference: **{ratio:.2f}** ({result['ratio_basis']}); the target "
-                    f"(at most 1/3) {verdict}.")
+        rows.append(
+            f"Time to {target}, book / reference: **{ratio:.2f}** ({result['ratio_basis']}); the target "
+            f"(at most 1/3) {verdict}."
+        )
     m = result["machine"]
     rows.append("")
-    rows.append(f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor'] or m['machine']}), torch "
-                f"{m['torch']} with {m['threads']} thread(s); load average {m['load_start']} at the start and "
-                f"{m['load_end']} at the end (the machine is shared). Both recipes ran interleaved in "
-                f"{result['slice_seconds']} s slices in one process, the book's recipe restarted with the next seed "
-                "whenever it finished, so both saw the same load; evaluation time is not counted. Validation loss: mean cross-entropy (nats per character) over the whole "
-                "validation split (the last 10% of the text), in consecutive windows of each model's context.")
+    rows.append(
+        f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor'] or m['machine']}), torch "
+        f"{m['torch']} with {m['threads']} thread(s); load average {m['load_start']} at the start and "
+        f"{m['load_end']} at the end (the machine is shared). Both recipes ran interleaved in "
+        f"{result['slice_seconds']} s slices in one process, the book's recipe restarted with the next seed "
+        "whenever it finished, so both saw the same load; evaluation time is not counted. "
+        "Validation loss: mean cross-entropy (nats per character) over the whole "
+        "validation split (the last 10% of the text), in consecutive windows of each model's context."
+    )
     return "\n".join(rows) + "\n" + other_runs() + EXPLORATION
 
 
@@ -152,19 +165,23 @@ def other_runs() -> str:
             r = json.loads(path.read_text())
             ratio = "n/a" if r.get("ratio") is None else f"{r['ratio']:.2f}"
             books = [x for x in r["runs"][1:]]
-            lines.append(f"- `results/{path.name}` ({r['date']}, {r['machine']['threads']} thread(s), load "
-                         f"{r['machine']['load_start']} to {r['machine']['load_end']}): reference "
-                         f"{r['runs'][0]['train_seconds']:.0f} s to a final {r['runs'][0]['curve'][-1]['val_loss']:.3f}; "
-                         f"{len(books)} run(s) of the book's recipe then in use ({books[0]['config']['n_layers']} layers, "
-                         f"width {books[0]['config']['d_model']}), ratio {ratio}.")
+            lines.append(
+                f"- `results/{path.name}` ({r['date']}, {r['machine']['threads']} thread(s), load "
+                f"{r['machine']['load_start']} to {r['machine']['load_end']}): reference "
+                f"{r['runs'][0]['train_seconds']:.0f} s to a final {r['runs'][0]['curve'][-1]['val_loss']:.3f}; "
+                f"{len(books)} run(s) of the book's recipe then in use ({books[0]['config']['n_layers']} layers, "
+                f"width {books[0]['config']['d_model']}), ratio {ratio}."
+            )
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
     return ("\nOther runs of this benchmark:\n\n" + "\n".join(lines) + "\n") if lines else ""
 
 
 def write_readme(section: str) -> None:
-    write_section("bench_lab", f"{START}\n## The lab: a character-level GPT on Tiny Shakespeare (`bench_lab.py`)\n\n"
-                               f"{section}\n{END}")
+    write_section(
+        "bench_lab",
+        f"{START}\n## The lab: a character-level GPT on Tiny Shakespeare (`bench_lab.py`)\n\n{section}\n{END}",
+    )
 
 
 def main(argv=None) -> int:
@@ -209,38 +226,65 @@ def main(argv=None) -> int:
             current = next_book_run()
         if not current.done:
             current.train_for(args.slice)
-        print(f"[{time.perf_counter() - wall:7.1f} s] reference {ref_run.trainer.step}/{reference.steps} "
-              f"({ref_run.curve[-1]['val_loss']:.3f}), {current.name} {current.trainer.step}/{book.steps} "
-              f"({current.curve[-1]['val_loss']:.3f})", flush=True)
+        print(
+            f"[{time.perf_counter() - wall:7.1f} s] reference {ref_run.trainer.step}/{reference.steps} "
+            f"({ref_run.curve[-1]['val_loss']:.3f}), {current.name} {current.trainer.step}/{book.steps} "
+            f"({current.curve[-1]['val_loss']:.3f})",
+            flush=True,
+        )
     runs = [ref_run] + book_runs
     out_runs = []
     for run in runs:
         first, interpolated = time_to_target(run.curve, args.target)
-        out_runs.append({"name": run.name, "config": run.config.to_dict(), "n_params": run.trainer.n_params,
-                         "train_seconds": round(run.trainer.train_seconds, 2),
-                         "ms_per_step": round(1000 * run.trainer.train_seconds / run.trainer.step, 2),
-                         "eval_seconds": round(run.eval_seconds, 2), "curve": run.curve,
-                         "time_to_target": first, "time_to_target_interpolated": interpolated})
+        out_runs.append(
+            {
+                "name": run.name,
+                "config": run.config.to_dict(),
+                "n_params": run.trainer.n_params,
+                "train_seconds": round(run.trainer.train_seconds, 2),
+                "ms_per_step": round(1000 * run.trainer.train_seconds / run.trainer.step, 2),
+                "eval_seconds": round(run.eval_seconds, 2),
+                "curve": run.curve,
+                "time_to_target": first,
+                "time_to_target_interpolated": interpolated,
+            }
+        )
     ref, books = out_runs[0], out_runs[1:]
     reached = [b["time_to_target"] for b in books if b["time_to_target"] is not None]
     book_time = sum(reached) / len(reached) if len(reached) == len(books) else None
     if book_time is not None and ref["time_to_target"] is not None:
-        ratio, basis = book_time / ref["time_to_target"], (
-            f"the mean over the book's {len(books)} run(s); both recipes reached the target")
+        ratio, basis = (
+            book_time / ref["time_to_target"],
+            (f"the mean over the book's {len(books)} run(s); both recipes reached the target"),
+        )
     elif book_time is not None:
         ratio = book_time / ref["train_seconds"]
-        basis = (f"the mean over the book's {len(books)} run(s); the reference did not reach the target in its "
-                 "2,000 steps, so its whole training time is used, and the true ratio is smaller")
+        basis = (
+            f"the mean over the book's {len(books)} run(s); the reference did not reach the target in its "
+            "2,000 steps, so its whole training time is used, and the true ratio is smaller"
+        )
     else:
         ratio, basis = None, "not every run of the book's recipe reached the target"
     result = {
-        "benchmark": "bench_lab", "date": time.strftime("%Y-%m-%d %H:%M"), "target": args.target,
-        "slice_seconds": args.slice, "wall_seconds": round(time.perf_counter() - wall, 1),
-        "ratio": None if ratio is None else round(ratio, 4), "ratio_basis": basis,
-        "book_time_to_target": None if book_time is None else round(book_time, 2), "runs": out_runs,
-        "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "python": platform.python_version(), "processor": platform.processor(),
-                    "machine": platform.machine(), "load_start": load_start, "load_end": loadavg()},
+        "benchmark": "bench_lab",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "target": args.target,
+        "slice_seconds": args.slice,
+        "wall_seconds": round(time.perf_counter() - wall, 1),
+        "ratio": None if ratio is None else round(ratio, 4),
+        "ratio_basis": basis,
+        "book_time_to_target": None if book_time is None else round(book_time, 2),
+        "runs": out_runs,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "processor": platform.processor(),
+            "machine": platform.machine(),
+            "load_start": load_start,
+            "load_end": loadavg(),
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

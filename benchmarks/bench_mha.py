@@ -20,6 +20,7 @@ results go to mha_T.json and a section of their own (e.g. ``--threads 1 --tag 1t
     .venv/bin/python benchmarks/bench_mha.py                     # the full run (a few minutes)
     .venv/bin/python benchmarks/bench_mha.py --rounds 5 --no-readme  # a quick look
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,17 +32,12 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
-
-from attnbook import attention
 from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import attention
+from torch import nn
 
 HERE = Path(__file__).resolve().parent
 SIZES = [(64, 32, 64), (32, 64, 128), (16, 128, 256), (8, 256, 256), (8, 256, 512), (4, 512, 512), (2, 1024, 256)]
-
-
-
-
 
 
 def make_pair(d_model: int, n_heads: int, seed: int):
@@ -109,12 +105,21 @@ def measure_one(B: int, T: int, D: int, causal: bool, args) -> dict:
         ours_t.append(a)
         theirs_t.append(b)
         ratios.append(a / b)
-    return {"B": B, "T": T, "D": D, "H": H, "mask": "causal" if causal else "none", "inner": inner,
-            "ours_ms": round(statistics.median(ours_t) * 1e3, 3),
-            "torch_ms": round(statistics.median(theirs_t) * 1e3, 3),
-            "ratio": round(statistics.median(ratios), 3),
-            "ratio_q25": round(quantile(ratios, 0.25), 3), "ratio_q75": round(quantile(ratios, 0.75), 3),
-            "load_before": load_before, "load_after": loadavg()}
+    return {
+        "B": B,
+        "T": T,
+        "D": D,
+        "H": H,
+        "mask": "causal" if causal else "none",
+        "inner": inner,
+        "ours_ms": round(statistics.median(ours_t) * 1e3, 3),
+        "torch_ms": round(statistics.median(theirs_t) * 1e3, 3),
+        "ratio": round(statistics.median(ratios), 3),
+        "ratio_q25": round(quantile(ratios, 0.25), 3),
+        "ratio_q75": round(quantile(ratios, 0.75), 3),
+        "load_before": load_before,
+        "load_after": loadavg(),
+    }
 
 
 def readme_section(result: dict, tag: str | None) -> str:
@@ -123,7 +128,7 @@ def readme_section(result: dict, tag: str | None) -> str:
     worst = max(r["ratio"] for r in rows)
     lines = [
         f"<!-- {name}:start -->",
-        f"## Multi-head attention: the library's fast path against `torch.nn.MultiheadAttention`"
+        "## Multi-head attention: the library's fast path against `torch.nn.MultiheadAttention`"
         + (f" ({tag})" if tag else ""),
         "",
         "Forward + backward in training mode, self-attention, H = max(4, D / 64) heads, float32 on the CPU; "
@@ -138,13 +143,13 @@ def readme_section(result: dict, tag: str | None) -> str:
         "|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['B']} | {r['T']} | {r['D']} | {r['H']} | {r['mask']} | {r['ours_ms']:.2f} | "
-                     f"{r['torch_ms']:.2f} | {r['ratio']:.2f} [{r['ratio_q25']:.2f}-{r['ratio_q75']:.2f}] |")
+        lines.append(
+            f"| {r['B']} | {r['T']} | {r['D']} | {r['H']} | {r['mask']} | {r['ours_ms']:.2f} | "
+            f"{r['torch_ms']:.2f} | {r['ratio']:.2f} [{r['ratio_q25']:.2f}-{r['ratio_q75']:.2f}] |"
+        )
     verdict = "met" if worst <= 1.0 else "NOT met"
     lines += ["", f"Largest ratio: {worst:.2f} (target {verdict}).", f"<!-- {name}:end -->"]
     return "\n".join(lines)
-
-
 
 
 def main(argv=None) -> int:
@@ -159,24 +164,36 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = SIZES if not args.sizes else [tuple(int(v) for v in s.split(",")) for s in args.sizes]
-    result = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(),
-              "threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.version.split()[0],
-              "rounds": args.rounds, "load_start": loadavg(), "rows": []}
+    result = {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_name(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "rounds": args.rounds,
+        "load_start": loadavg(),
+        "rows": [],
+    }
     for B, T, D in sizes:
         for causal in (False, True):
             row = measure_one(B, T, D, causal, args)
             result["rows"].append(row)
-            print(f"B={B:3d} T={T:5d} D={D:4d} H={row['H']:2d} mask={row['mask']:6s} ours {row['ours_ms']:9.2f} ms  "
-                  f"torch {row['torch_ms']:9.2f} ms  ratio {row['ratio']:.3f} "
-                  f"[{row['ratio_q25']:.3f}, {row['ratio_q75']:.3f}]  load {row['load_before']}", flush=True)
+            print(
+                f"B={B:3d} T={T:5d} D={D:4d} H={row['H']:2d} mask={row['mask']:6s} ours {row['ours_ms']:9.2f} ms  "
+                f"torch {row['torch_ms']:9.2f} ms  ratio {row['ratio']:.3f} "
+                f"[{row['ratio_q25']:.3f}, {row['ratio_q75']:.3f}]  load {row['load_before']}",
+                flush=True,
+            )
     result["load_end"] = loadavg()
     result["max_ratio"] = max(r["ratio"] for r in result["rows"])
     result["target_met"] = result["max_ratio"] <= 1.0
     out = HERE / "results" / f"mha{'_' + args.tag if args.tag else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(HERE.parent)}; largest ratio {result['max_ratio']:.3f} "
-          f"(target <= 1.0 {'met' if result['target_met'] else 'NOT met'})")
+    print(
+        f"wrote {out.relative_to(HERE.parent)}; largest ratio {result['max_ratio']:.3f} "
+        f"(target <= 1.0 {'met' if result['target_met'] else 'NOT met'})"
+    )
     if not args.no_readme:
         write_section("bench_mha" + (f"_{args.tag}" if args.tag else ""), readme_section(result, args.tag))
     return 0

@@ -18,25 +18,33 @@ Writes benchmarks/results/modern.json and its section of benchmarks/README.md (b
     .venv/bin/python benchmarks/bench_modern.py                    # 2 seeds, 600 steps, everything
     .venv/bin/python benchmarks/bench_modern.py --steps 200 --seeds 0 --no-readme   # a quick look
 """
+
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import math
 import statistics
 import time
 from pathlib import Path
 
 import torch
-
-from attnbook import blocks, data, measure, models, train
 from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import blocks, data, measure, models, train
 
 HERE = Path(__file__).resolve().parent
 CTX, BATCH, LR, WARMUP = 64, 16, 1e-3, 50
-REFERENCE = dict(block_size=CTX, n_layers=2, n_heads=4, d_model=64, d_ff=256, mlp="relu", norm="layernorm",
-                 norm_position="pre", positional="learned")
+REFERENCE = dict(
+    block_size=CTX,
+    n_layers=2,
+    n_heads=4,
+    d_model=64,
+    d_ff=256,
+    mlp="relu",
+    norm="layernorm",
+    norm_position="pre",
+    positional="learned",
+)
 F_SWIGLU = round(8 * 64 / 3)
 
 
@@ -64,12 +72,23 @@ def train_variant(splits, changes: dict, seed: int, steps: int) -> dict:
         return loss + aux * blocks.moe_aux_loss(m) if aux else loss
 
     cpu = time.process_time()
-    history = train.fit(model, lambda s: data.lm_batch(splits.train, BATCH, CTX, generator=gen), loss_fn,
-                        steps=steps, lr=LR, schedule=lambda s: min(1.0, (s + 1) / WARMUP), desc="training")
+    history = train.fit(
+        model,
+        lambda s: data.lm_batch(splits.train, BATCH, CTX, generator=gen),
+        loss_fn,
+        steps=steps,
+        lr=LR,
+        schedule=lambda s: min(1.0, (s + 1) / WARMUP),
+        desc="training",
+    )
     seconds = time.process_time() - cpu
     val = models.evaluate_lm(model, splits.val)
-    return {"val_loss": val, "cpu_seconds": seconds, "parameters": measure.count_parameters(model),
-            "diverged": history.diverged}
+    return {
+        "val_loss": val,
+        "cpu_seconds": seconds,
+        "parameters": measure.count_parameters(model),
+        "diverged": history.diverged,
+    }
 
 
 def part_train(seeds, steps) -> dict:
@@ -93,15 +112,17 @@ def part_norm(widths=(64, 256, 512, 1024, 4096)) -> dict:
 
 def part_cache(lengths=(32, 64, 128, 248)) -> dict:
     train.seed_everything(0)
-    model = models.GPT(models.TransformerConfig(vocab_size=65, **{**REFERENCE, "block_size": 256,
-                                                                  "positional": "rope"})).eval()
+    model = models.GPT(
+        models.TransformerConfig(vocab_size=65, **{**REFERENCE, "block_size": 256, "positional": "rope"})
+    ).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
     out = {}
     for n in lengths:
         row = {}
         for use_cache in (False, True):
-            t = measure.time_fn(lambda: model.generate(prompt, n, temperature=0, use_cache=use_cache),
-                                repeats=3, warmup=1).median
+            t = measure.time_fn(
+                lambda: model.generate(prompt, n, temperature=0, use_cache=use_cache), repeats=3, warmup=1
+            ).median
             row["with cache" if use_cache else "without cache"] = n / t
         out[str(n)] = row
     return out
@@ -110,32 +131,60 @@ def part_cache(lengths=(32, 64, 128, 248)) -> dict:
 def section(results: dict) -> str:
     start, end = markers("bench_modern")
     meta = results["meta"]
-    lines = [start, "## Modern tweaks (`bench_modern.py`)", "",
-             f"Chapter 11's character-level Shakespeare model (width 64, 2 layers, 4 heads, context {CTX}, batch "
-             f"{BATCH}, AdamW {LR:g} with {WARMUP} warmup steps), {meta['steps']} steps, seeds {meta['seeds']}; "
-             f"validation loss in nats per character on the whole validation split. "
-             f"{meta['cpu']}, {meta['threads']} thread(s), load average {meta['loadavg']}, {meta['date']}.", ""]
+    lines = [
+        start,
+        "## Modern tweaks (`bench_modern.py`)",
+        "",
+        f"Chapter 11's character-level Shakespeare model (width 64, 2 layers, 4 heads, context {CTX}, batch "
+        f"{BATCH}, AdamW {LR:g} with {WARMUP} warmup steps), {meta['steps']} steps, seeds {meta['seeds']}; "
+        f"validation loss in nats per character on the whole validation split. "
+        f"{meta['cpu']}, {meta['threads']} thread(s), load average {meta['loadavg']}, {meta['date']}.",
+        "",
+    ]
     if "train" in results:
-        lines += ["| variant | parameters | validation loss (mean) | per seed | CPU s per run |", "|---|---|---|---|---|"]
+        lines += [
+            "| variant | parameters | validation loss (mean) | per seed | CPU s per run |",
+            "|---|---|---|---|---|",
+        ]
         for name, runs in results["train"].items():
             losses = [r["val_loss"] for r in runs]
-            lines.append(f"| {name} | {runs[0]['parameters']:,} | {statistics.mean(losses):.3f} | "
-                         f"{', '.join(f'{v:.3f}' for v in losses)} | {statistics.mean(r['cpu_seconds'] for r in runs):.0f} |")
-        lines += ["", "For reference, Shazeer (2020), Table 1: SwiGLU 1.944 vs ReLU 1.997 log-perplexity after 65,536 "
-                  "steps of a T5-base-sized model.", ""]
+            lines.append(
+                f"| {name} | {runs[0]['parameters']:,} | {statistics.mean(losses):.3f} | "
+                f"{', '.join(f'{v:.3f}' for v in losses)} | {statistics.mean(r['cpu_seconds'] for r in runs):.0f} |"
+            )
+        lines += [
+            "",
+            "For reference, Shazeer (2020), Table 1: SwiGLU 1.944 vs ReLU 1.997 log-perplexity after 65,536 "
+            "steps of a T5-base-sized model.",
+            "",
+        ]
     if "norm" in results:
         lines += ["| width D | LayerNorm (ms) | RMSNorm (ms) | RMSNorm / LayerNorm |", "|---|---|---|---|"]
         for D, t in results["norm"].items():
-            lines.append(f"| {D} | {t['LayerNorm'] * 1e3:.3f} | {t['RMSNorm'] * 1e3:.3f} | "
-                         f"{t['RMSNorm'] / t['LayerNorm']:.2f} |")
-        lines += ["", "Forward + backward of `torch.nn.LayerNorm` and `torch.nn.RMSNorm` on (16, 64, D) float32 "
-                  "inputs; Zhang and Sennrich (2019) report 7% to 64% less running time for whole models.", ""]
+            lines.append(
+                f"| {D} | {t['LayerNorm'] * 1e3:.3f} | {t['RMSNorm'] * 1e3:.3f} | {t['RMSNorm'] / t['LayerNorm']:.2f} |"
+            )
+        lines += [
+            "",
+            "Forward + backward of `torch.nn.LayerNorm` and `torch.nn.RMSNorm` on (16, 64, D) float32 "
+            "inputs; Zhang and Sennrich (2019) report 7% to 64% less running time for whole models.",
+            "",
+        ]
     if "cache" in results:
-        lines += ["| generated tokens | without cache (tokens/s) | with cache (tokens/s) | speed-up |", "|---|---|---|---|"]
+        lines += [
+            "| generated tokens | without cache (tokens/s) | with cache (tokens/s) | speed-up |",
+            "|---|---|---|---|",
+        ]
         for n, r in results["cache"].items():
-            lines.append(f"| {n} | {r['without cache']:.0f} | {r['with cache']:.0f} | "
-                         f"{r['with cache'] / r['without cache']:.1f} |")
-        lines += ["", "Greedy generation from one token with the chapter's model (RoPE, block size 256), untrained.", ""]
+            lines.append(
+                f"| {n} | {r['without cache']:.0f} | {r['with cache']:.0f} | "
+                f"{r['with cache'] / r['without cache']:.1f} |"
+            )
+        lines += [
+            "",
+            "Greedy generation from one token with the chapter's model (RoPE, block size 256), untrained.",
+            "",
+        ]
     lines.append(end)
     return "\n".join(lines)
 
@@ -149,9 +198,17 @@ def main() -> None:
     parser.add_argument("--no-readme", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    results = {"meta": {"seeds": args.seeds, "steps": args.steps, "cpu": cpu_name(), "threads": args.threads,
-                        "loadavg": loadavg(), "date": datetime.date.today().isoformat(),
-                        "torch": torch.__version__}}
+    results = {
+        "meta": {
+            "seeds": args.seeds,
+            "steps": args.steps,
+            "cpu": cpu_name(),
+            "threads": args.threads,
+            "loadavg": loadavg(),
+            "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__,
+        }
+    }
     if "train" in args.parts:
         results["train"] = part_train(args.seeds, args.steps)
     if "norm" in args.parts:

@@ -22,6 +22,7 @@ section of benchmarks/README.md (between ``<!-- bench_pretrain:start -->`` and `
     .venv/bin/python benchmarks/bench_pretrain.py --seeds 0 --sizes 50 --pretrain-steps 300 --no-readme  # a quick look
     .venv/bin/python benchmarks/bench_pretrain.py --from-json          # rewrite the README section only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,8 @@ import time
 from pathlib import Path
 
 import torch
-
-from attnbook import bpe, data, lora, measure, models, pretrain, train
 from _common import cpu_name, loadavg, markers, summary, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import bpe, data, lora, measure, models, pretrain, train
 
 HERE = Path(__file__).resolve().parent
 ENCODER = dict(block_size=16, n_layers=2, n_heads=4, d_model=64, norm_position="pre")
@@ -61,10 +61,15 @@ def run_pretraining(config, unlabelled, steps, pad, mask, device) -> tuple[pretr
     torch.manual_seed(0)
     model = pretrain.MaskedLM(config).to(device)
     cpu, wall = time.process_time(), time.perf_counter()
-    history = pretrain.fit_mlm(model, unlabelled, pad_id=pad, mask_id=mask, steps=steps, desc=f"pretraining ({steps} steps)",
-                               **PRETRAIN)
-    info = {"steps": steps, "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu,
-            "final_loss": statistics.mean(history.loss[-50:])}
+    history = pretrain.fit_mlm(
+        model, unlabelled, pad_id=pad, mask_id=mask, steps=steps, desc=f"pretraining ({steps} steps)", **PRETRAIN
+    )
+    info = {
+        "steps": steps,
+        "seconds": time.perf_counter() - wall,
+        "cpu_seconds": time.process_time() - cpu,
+        "final_loss": statistics.mean(history.loss[-50:]),
+    }
     print(json.dumps(info), flush=True)
     return model, info
 
@@ -85,12 +90,18 @@ def main(argv=None) -> int:
         return 0
 
     device = train.pick_device()
-    env = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(), "cores": os.cpu_count(),
-           "threads": torch.get_num_threads(), "torch": torch.__version__, "device": str(device),
-           "load_before": loadavg()}
+    env = {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "load_before": loadavg(),
+    }
     started = time.perf_counter()
     text = data.fetch("tinyshakespeare").read_text(encoding="utf-8")
-    train_text = text[:int(len(text) * 0.9)]
+    train_text = text[: int(len(text) * 0.9)]
     chars = bpe.BPETokenizer([], specials=["[PAD]", "[MASK]"])
     pad, mask = chars.token_to_id["[PAD]"], chars.token_to_id["[MASK]"]
     texts, labels = pretrain.shuffled_word_task(pretrain.words_of(text, min_len=4, max_len=10), seed=0)
@@ -123,26 +134,47 @@ def main(argv=None) -> int:
                     lora.add_lora(model.encoder, ("W_q", "W_v"), r=4)
                 chosen = torch.randperm(len(pool[0]), generator=torch.Generator().manual_seed(seed))[:n]
                 cpu = time.process_time()
-                pretrain.fit_classifier(model, *(t[chosen] for t in pool), steps=finetune_steps(n), batch_size=32,
-                                        lr=lr, warmup=10, seed=seed)
-                row = {"method": method, "n_labels": n, "seed": seed, "accuracy": pretrain.accuracy(model, *test),
-                       "trainable": measure.count_parameters(model, trainable_only=True),
-                       "steps": finetune_steps(n), "cpu_seconds": time.process_time() - cpu}
+                pretrain.fit_classifier(
+                    model,
+                    *(t[chosen] for t in pool),
+                    steps=finetune_steps(n),
+                    batch_size=32,
+                    lr=lr,
+                    warmup=10,
+                    seed=seed,
+                )
+                row = {
+                    "method": method,
+                    "n_labels": n,
+                    "seed": seed,
+                    "accuracy": pretrain.accuracy(model, *test),
+                    "trainable": measure.count_parameters(model, trainable_only=True),
+                    "steps": finetune_steps(n),
+                    "cpu_seconds": time.process_time() - cpu,
+                }
                 runs.append(row)
                 print(json.dumps(row), flush=True)
     env["load_after"] = loadavg()
     env["wall_seconds"] = time.perf_counter() - started
-    result = {"date": env["date"], "seeds": args.seeds, "sizes": sizes, "n_test": N_TEST, "n_examples": len(texts),
-              "encoder": ENCODER, "pretrain_settings": PRETRAIN, "pretrain": pretraining.get("long"),
-              "pretrain_short": pretraining.get("short"), "environment": env, "runs": runs}
+    result = {
+        "date": env["date"],
+        "seeds": args.seeds,
+        "sizes": sizes,
+        "n_test": N_TEST,
+        "n_examples": len(texts),
+        "encoder": ENCODER,
+        "pretrain_settings": PRETRAIN,
+        "pretrain": pretraining.get("long"),
+        "pretrain_short": pretraining.get("short"),
+        "environment": env,
+        "runs": runs,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     if not args.no_readme:
         write_section("bench_pretrain", table(result), args.readme)
     print(table(result))
     return 0
-
-
 
 
 def table(result: dict) -> str:
@@ -164,9 +196,11 @@ def table(result: dict) -> str:
     for key, name in (("pretrain_short", "the chapter's pretraining"), ("pretrain", "the longer pretraining")):
         p = result.get(key)
         if p:
-            lines.append(f"- {name}: {p['steps']:,} steps of {result['pretrain_settings']['batch_size']} words, "
-                         f"{p['cpu_seconds']:.0f} CPU seconds ({p['seconds']:.0f} s of wall time), final masked-LM "
-                         f"loss {p['final_loss']:.2f} nats per chosen letter;")
+            lines.append(
+                f"- {name}: {p['steps']:,} steps of {result['pretrain_settings']['batch_size']} words, "
+                f"{p['cpu_seconds']:.0f} CPU seconds ({p['seconds']:.0f} s of wall time), final masked-LM "
+                f"loss {p['final_loss']:.2f} nats per chosen letter;"
+            )
     lines += [
         "",
         f"Run on {env['date']}: {env['cpu']} ({env['cores']} cores), {env['threads']} PyTorch thread"
@@ -178,8 +212,9 @@ def table(result: dict) -> str:
         "|---:|" + "---:|" * len(methods),
     ]
     for n in result["sizes"]:
-        cells = [summary([r["accuracy"] for r in result["runs"] if r["method"] == m and r["n_labels"] == n])
-                 for m in methods]
+        cells = [
+            summary([r["accuracy"] for r in result["runs"] if r["method"] == m and r["n_labels"] == n]) for m in methods
+        ]
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
     lines.append(end)
     return "\n".join(lines)

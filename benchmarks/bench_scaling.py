@@ -33,6 +33,7 @@ runs file of the committed results is in the repository: delete it to train the 
 Writes benchmarks/results/scaling.json and the section between the bench_scaling markers of
 benchmarks/README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,8 @@ import time
 from pathlib import Path
 
 import torch
-
-from attnbook import measure, models, scaling, train_lm
 from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import measure, models, scaling, train_lm
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "scaling.json"
@@ -56,11 +56,11 @@ RUNS = HERE / "results" / "scaling_runs.jsonl"
 # (n_layers, d_model, n_heads): widths and depths grow together, from 3 thousand to 440 thousand
 # non-embedding parameters (2.15 decades).
 SIZES = [(1, 16, 2), (1, 24, 2), (2, 24, 2), (2, 32, 4), (2, 48, 4), (3, 64, 4), (4, 96, 4)]
-BUDGETS = [2 ** k for k in range(17, 22)]  # tokens, for every size: 131,072 to 2,097,152
+BUDGETS = [2**k for k in range(17, 22)]  # tokens, for every size: 131,072 to 2,097,152
 # Longer runs for the smaller models, up to the compute of the second-largest model's longest run: at a
 # fixed compute a small model trained on many tokens can beat a larger one trained on few, and the isoFLOP
 # profiles need sizes on both sides of their minimum.
-LONG_BUDGETS = [2 ** k for k in range(22, 25)]  # up to 16,777,216 tokens (about 17 passes over the text)
+LONG_BUDGETS = [2**k for k in range(22, 25)]  # up to 16,777,216 tokens (about 17 passes over the text)
 COMPUTE_CAP = 2.0e12  # FLOPs, C = 6 N D with N non-embedding
 SEEDS = [0, 1]  # every budget: the bootstrap of L(N) resamples them
 SEEDS_LARGEST: list[int] = []  # seeds for the largest budget only (a cheaper grid: --seeds 0 --seeds-largest 1)
@@ -81,10 +81,17 @@ def size_info(size: tuple[int, int, int]) -> dict:
     config = run_config(size, BUDGETS[0], 0)
     model = models.GPT(config.model_config(65))
     flops = measure.transformer_flops(model)
-    return {"n_layers": size[0], "d_model": size[1], "n_heads": size[2], "lr": train_lm.scaling_lr(size[1]),
-            "n_params": measure.count_parameters(model),
-            "non_embedding": measure.count_parameters(model, non_embedding=True), "n": flops.n,
-            "training_flops_per_token": flops.training, "six_n": flops.six_n}
+    return {
+        "n_layers": size[0],
+        "d_model": size[1],
+        "n_heads": size[2],
+        "lr": train_lm.scaling_lr(size[1]),
+        "n_params": measure.count_parameters(model),
+        "non_embedding": measure.count_parameters(model, non_embedding=True),
+        "n": flops.n,
+        "training_flops_per_token": flops.training,
+        "six_n": flops.six_n,
+    }
 
 
 def cost(job: tuple) -> float:
@@ -106,11 +113,22 @@ def train_one(job: tuple) -> dict:
         s = trainer.step
         if (s >= 128 and s & (s - 1) == 0) or s == config.steps:
             curve.append({"step": s, "tokens": s * BATCH * CONTEXT, "val_loss": round(trainer.evaluate(), 5)})
-    tail = losses[-max(1, len(losses) // 10):]
-    return {"n_layers": size[0], "d_model": size[1], "n_heads": size[2], "tokens": tokens, "seed": seed,
-            "steps": config.steps, "lr": config.lr, "warmup_steps": config.warmup_steps,
-            "val_loss": curve[-1]["val_loss"], "train_loss": round(sum(tail) / len(tail), 5), "curve": curve,
-            "train_seconds": round(trainer.train_seconds, 2), "seconds": round(time.perf_counter() - start, 2)}
+    tail = losses[-max(1, len(losses) // 10) :]
+    return {
+        "n_layers": size[0],
+        "d_model": size[1],
+        "n_heads": size[2],
+        "tokens": tokens,
+        "seed": seed,
+        "steps": config.steps,
+        "lr": config.lr,
+        "warmup_steps": config.warmup_steps,
+        "val_loss": curve[-1]["val_loss"],
+        "train_loss": round(sum(tail) / len(tail), 5),
+        "curve": curve,
+        "train_seconds": round(trainer.train_seconds, 2),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
 
 
 def key(run: dict) -> tuple:
@@ -133,21 +151,30 @@ def analyse(result: dict) -> dict:
         loss = [[by[s + (largest, seed)] for seed in seeds] for s in complete]
         boot = scaling.bootstrap_scaling_law(n, loss, n_boot=1000, seed=0) if len(seeds) > 1 else None
         fit = boot.fit if boot else scaling.fit_scaling_law(n, [row[0] for row in loss])
-        out["law_in_n"] = {"alpha": fit.alpha, "N_c": fit.x_c, "L_inf": fit.L_inf, "rmse": fit.rmse,
-                           "alpha_interval_90": boot.interval(0.9) if boot else None,
-                           "alpha_std": boot.std if boot else None}
+        out["law_in_n"] = {
+            "alpha": fit.alpha,
+            "N_c": fit.x_c,
+            "L_inf": fit.L_inf,
+            "rmse": fit.rmse,
+            "alpha_interval_90": boot.interval(0.9) if boot else None,
+            "alpha_std": boot.std if boot else None,
+        }
     # the compute-optimal frontier, on the mean over seeds of each (size, budget), with N counted without
     # the embeddings (as Kaplan et al.) and with them (as Hoffmann et al.)
     for count, suffix in (("non_embedding", ""), ("n_params", "_all_params")):
-        cells = [(sizes[s][count], t, [by[s + (t, seed)] for seed in seeds if s + (t, seed) in by])
-                 for s in sizes for t in budgets]
+        cells = [
+            (sizes[s][count], t, [by[s + (t, seed)] for seed in seeds if s + (t, seed) in by])
+            for s in sizes
+            for t in budgets
+        ]
         cells = [(n, t, sum(v) / len(v)) for n, t, v in cells if v]
         if not cells:
             continue
         compute = [6 * n * t for n, t, _ in cells]
         grid = [min(compute) * (max(compute) / min(compute)) ** (i / 24) for i in range(25)]
-        frontier = scaling.compute_optimal_frontier([c[0] for c in cells], [c[1] for c in cells],
-                                                    [c[2] for c in cells], grid)
+        frontier = scaling.compute_optimal_frontier(
+            [c[0] for c in cells], [c[1] for c in cells], [c[2] for c in cells], grid
+        )
         out["frontier" + suffix] = [{"compute": f.compute, "n_opt": f.n_opt, "loss_opt": f.loss_opt} for f in frontier]
         if len(frontier) >= 3:
             a, coef = measure.fit_power_law([f.compute for f in frontier], [f.n_opt for f in frontier])
@@ -166,35 +193,65 @@ def markdown(result: dict) -> str:
     for s in sizes:
         cells = []
         for t in budgets:
-            values = [by[k] for k in [(s["n_layers"], s["d_model"], s["n_heads"], t, seed) for seed in seeds] if k in by]
+            values = [
+                by[k] for k in [(s["n_layers"], s["d_model"], s["n_heads"], t, seed) for seed in seeds] if k in by
+            ]
             cells.append(f"{sum(values) / len(values):.3f}" if values else "")
-        rows.append(f"| {s['n_layers']} x {s['d_model']} | {s['non_embedding']:,} | {s['lr']:.4f} | " + " | ".join(cells) + " |")
+        rows.append(
+            f"| {s['n_layers']} x {s['d_model']} | {s['non_embedding']:,} | {s['lr']:.4f} | " + " | ".join(cells) + " |"
+        )
     a = result["analysis"]
     counts = {t: len({r["seed"] for r in result["runs"] if r["tokens"] == t}) for t in budgets}
-    lines = ["Validation loss (nats per character, whole validation split); each cell is a run trained to that "
-             "many tokens with its own schedule, the mean over seeds " + ", ".join(map(str, seeds)) + (
-                 "" if len(set(counts.values())) == 1 else " where they were trained") + ".", "", *rows, ""]
+    lines = [
+        "Validation loss (nats per character, whole validation split); each cell is a run trained to that "
+        "many tokens with its own schedule, the mean over seeds "
+        + ", ".join(map(str, seeds))
+        + ("" if len(set(counts.values())) == 1 else " where they were trained")
+        + ".",
+        "",
+        *rows,
+        "",
+    ]
     law = a.get("law_in_n")
     if law:
         interval = law["alpha_interval_90"]
-        lines.append(f"Fit at {a['budget_for_n']:,} tokens: L(N) = {law['L_inf']:.3f} + "
-                     f"({law['N_c']:.3g} / N)^{law['alpha']:.3f}" + (
-                         f", alpha 90% bootstrap interval [{interval[0]:.3f}, {interval[1]:.3f}] (seeds resampled)"
-                         if interval else "") + f"; rms error {law['rmse']:.4f}.")
+        lines.append(
+            f"Fit at {a['budget_for_n']:,} tokens: L(N) = {law['L_inf']:.3f} + "
+            f"({law['N_c']:.3g} / N)^{law['alpha']:.3f}"
+            + (
+                f", alpha 90% bootstrap interval [{interval[0]:.3f}, {interval[1]:.3f}] (seeds resampled)"
+                if interval
+                else ""
+            )
+            + f"; rms error {law['rmse']:.4f}."
+        )
     if "n_opt_exponent" in a:
-        lines.append(f"Compute-optimal size: N_opt ~ C^{a['n_opt_exponent']:.2f} over "
-                     f"{len(a['frontier'])} budgets from {a['frontier'][0]['compute']:.2g} to "
-                     f"{a['frontier'][-1]['compute']:.2g} FLOPs (C = 6 N D, N non-embedding)"
-                     + (f"; with all parameters counted, N_opt ~ C^{a['n_opt_exponent_all_params']:.2f}"
-                        if "n_opt_exponent_all_params" in a else "") + ".")
+        lines.append(
+            f"Compute-optimal size: N_opt ~ C^{a['n_opt_exponent']:.2f} over "
+            f"{len(a['frontier'])} budgets from {a['frontier'][0]['compute']:.2g} to "
+            f"{a['frontier'][-1]['compute']:.2g} FLOPs (C = 6 N D, N non-embedding)"
+            + (
+                f"; with all parameters counted, N_opt ~ C^{a['n_opt_exponent_all_params']:.2f}"
+                if "n_opt_exponent_all_params" in a
+                else ""
+            )
+            + "."
+        )
     m = result["machine"]
-    lines += ["", f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor']}), torch {m['torch']}, "
-              f"{result['workers']} worker processes of 1 thread, niced; {len(result['runs'])} runs in "
-              f"{result['wall_seconds'] / 60:.0f} min of wall time ({result.get('segments', 1)} invocation(s)); load average {m['load_start']} at the start "
-              f"and {m['load_end']} at the end (the machine is shared).",
-              "", HISTORY,
-              "", "Learning-rate rule lr(D) = 0.03 (16 / D)^0.75, from short sweeps (about a million tokens, one seed):", "",
-              LR_SWEEPS]
+    lines += [
+        "",
+        f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor']}), torch {m['torch']}, "
+        f"{result['workers']} worker processes of 1 thread, niced; {len(result['runs'])} runs in "
+        f"{result['wall_seconds'] / 60:.0f} min of wall time ({result.get('segments', 1)} invocation(s)); "
+        f"load average {m['load_start']} at the start "
+        f"and {m['load_end']} at the end (the machine is shared).",
+        "",
+        HISTORY,
+        "",
+        "Learning-rate rule lr(D) = 0.03 (16 / D)^0.75, from short sweeps (about a million tokens, one seed):",
+        "",
+        LR_SWEEPS,
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -221,8 +278,9 @@ LR_SWEEPS = """| model | peak learning rate: validation loss | the rule gives |
 
 def write_readme(result: dict) -> None:
     start, end = markers("bench_scaling")
-    write_section("bench_scaling", f"{start}\n## Scaling laws in miniature (`bench_scaling.py`)\n\n"
-                                   f"{markdown(result)}{end}")
+    write_section(
+        "bench_scaling", f"{start}\n## Scaling laws in miniature (`bench_scaling.py`)\n\n{markdown(result)}{end}"
+    )
 
 
 def read_runs(path: Path) -> tuple[dict, list[dict]]:
@@ -247,19 +305,27 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="seeds trained at every budget")
-    parser.add_argument("--seeds-largest", type=int, nargs="*", default=SEEDS_LARGEST,
-                        help="further seeds trained at the largest budget only (for the bootstrap of L(N))")
+    parser.add_argument(
+        "--seeds-largest",
+        type=int,
+        nargs="*",
+        default=SEEDS_LARGEST,
+        help="further seeds trained at the largest budget only (for the bootstrap of L(N))",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--runs", type=Path, default=RUNS, help="JSON lines of finished runs (to continue a grid)")
     parser.add_argument("--no-readme", action="store_true")
-    parser.add_argument("--collect", action="store_true",
-                        help="train nothing: write the results and the README section from the runs file")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="train nothing: write the results and the README section from the runs file",
+    )
     parser.add_argument("--smoke", action="store_true", help="2 tiny sizes, 2 short budgets, 1 seed: a quick check")
     args = parser.parse_args(argv)
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
     global SIZES, BUDGETS, LONG_BUDGETS
     if args.smoke:
-        SIZES, BUDGETS, LONG_BUDGETS = [(1, 16, 2), (1, 24, 2), (2, 24, 2)], [2 ** 14, 2 ** 15], [2 ** 16]
+        SIZES, BUDGETS, LONG_BUDGETS = [(1, 16, 2), (1, 24, 2), (2, 24, 2)], [2**14, 2**15], [2**16]
         args.seeds, args.seeds_largest, args.no_readme = [0], [], True
         args.out = args.out.with_name("scaling_smoke.json")
         args.runs = args.runs.with_name("scaling_smoke_runs.jsonl")
@@ -281,21 +347,35 @@ def main(argv=None) -> int:
                 done[key(run)] = run
                 log.write(json.dumps(run) + "\n")
                 log.flush()
-                print(f"[{time.perf_counter() - wall:7.0f} s] {run['n_layers']}x{run['d_model']} {run['tokens']:>9,} "
-                      f"tokens seed {run['seed']}: val {run['val_loss']:.4f} in {run['seconds']:.0f} s", flush=True)
+                print(
+                    f"[{time.perf_counter() - wall:7.0f} s] {run['n_layers']}x{run['d_model']} {run['tokens']:>9,} "
+                    f"tokens seed {run['seed']}: val {run['val_loss']:.4f} in {run['seconds']:.0f} s",
+                    flush=True,
+                )
         done, segments = read_runs(args.runs)
     wanted = {j[0] + (j[1], j[2]) for j in jobs}
     last = max((r.get("finished_at", 0) for r in done.values()), default=0) or time.time()
     result = {
-        "benchmark": "bench_scaling", "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(last)),
+        "benchmark": "bench_scaling",
+        "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(last)),
         "wall_seconds": round(sum(s["end"] - s["start"] for s in segments if s["end"]), 1),
-        "segments": len(segments), "workers": args.workers, "batch_size": BATCH, "block_size": CONTEXT,
-        "lr_rule": "0.03 * (16 / d_model) ** 0.75", "warmup_rule": "max(5, steps // 20)",
+        "segments": len(segments),
+        "workers": args.workers,
+        "batch_size": BATCH,
+        "block_size": CONTEXT,
+        "lr_rule": "0.03 * (16 / d_model) ** 0.75",
+        "warmup_rule": "max(5, steps // 20)",
         "sizes": [size_info(s) for s in SIZES],
         "runs": sorted((done[k] for k in done if k in wanted), key=key),
         "missing": len(wanted - set(done)),
-        "machine": {"cpus": os.cpu_count(), "processor": cpu_name(), "torch": torch.__version__,
-                    "python": platform.python_version(), "load_start": load_start, "load_end": loadavg()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "processor": cpu_name(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "load_start": load_start,
+            "load_end": loadavg(),
+        },
         # --collect trains nothing: keep the conditions of the invocation that trained
         **({"machine": json.loads(args.out.read_text())["machine"]} if args.collect and args.out.exists() else {}),
     }

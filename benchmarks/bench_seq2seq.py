@@ -15,6 +15,7 @@ Writes benchmarks/results/seq2seq.json and its section of benchmarks/README.md (
     .venv/bin/python benchmarks/bench_seq2seq.py                       # the full run (about an hour on 1 CPU thread)
     .venv/bin/python benchmarks/bench_seq2seq.py --steps 300 --max-len 20 --no-readme   # a quick look
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,18 +30,13 @@ import time
 from pathlib import Path
 
 import torch
-
-from attnbook import data, seq2seq, train
 from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import data, seq2seq, train
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "seq2seq.json"
 README = HERE / "README.md"
 START, END = "<!-- bench_seq2seq:start -->", "<!-- bench_seq2seq:end -->"
-
-
-
-
 
 
 def buckets_for(min_len: int, max_len: int, width: int) -> list[tuple[int, int]]:
@@ -94,7 +90,7 @@ def main(argv=None) -> int:
     def evaluate(model):
         exact, per_digit = collections.defaultdict(list), collections.defaultdict(list)
         for start in range(0, len(test), 250):
-            chunk = test[start:start + 250]
+            chunk = test[start : start + 250]
             b = seq2seq.make_batch(encode(chunk), device=device)
             outs = seq2seq.greedy_decode(model, b.src, b.src_lengths, max_len=args.max_len + 2)
             for (source, target), out in zip(chunk, outs):
@@ -102,38 +98,69 @@ def main(argv=None) -> int:
                 key = next(f"{lo}-{hi}" for lo, hi in buckets if lo <= len(source) <= hi)
                 exact[key].append(guess == target)
                 per_digit[key].append(sum(g == t for g, t in zip(guess, target)) / len(target))
-        return {k: {"exact": sum(exact[k]) / len(exact[k]), "per_digit": sum(per_digit[k]) / len(per_digit[k]),
-                    "n": len(exact[k])} for k in (f"{lo}-{hi}" for lo, hi in buckets)}
+        return {
+            k: {
+                "exact": sum(exact[k]) / len(exact[k]),
+                "per_digit": sum(per_digit[k]) / len(per_digit[k]),
+                "n": len(exact[k]),
+            }
+            for k in (f"{lo}-{hi}" for lo, hi in buckets)
+        }
 
     load_before = loadavg()
     runs = {}
     for name, use_attention in (("attention", True), ("fixed context", False)):
         train.seed_everything(args.seed)
-        model = seq2seq.Seq2Seq(len(digits), len(digits), d_embed=32, d_hidden=args.d_hidden,
-                                attention=use_attention).to(device)
+        model = seq2seq.Seq2Seq(
+            len(digits), len(digits), d_embed=32, d_hidden=args.d_hidden, attention=use_attention
+        ).to(device)
         checkpoints = []
 
         def record(m):  # fit calls this every eval_every steps and after the last one
             result = evaluate(m)
             checkpoints.append({"step": min((len(checkpoints) + 1) * args.eval_every, args.steps), "buckets": result})
-            print(f"  {name}, step {checkpoints[-1]['step']}: exact "
-                  + " ".join(f"{k} {v['exact']:.2f}" for k, v in result.items()), flush=True)
+            print(
+                f"  {name}, step {checkpoints[-1]['step']}: exact "
+                + " ".join(f"{k} {v['exact']:.2f}" for k, v in result.items()),
+                flush=True,
+            )
             return {f"exact {k}": v["exact"] for k, v in result.items()}
 
         cpu = time.process_time()
-        history = train.fit(model, batches(args.seed + 1), seq2seq.sequence_loss, steps=args.steps, lr=args.lr,
-                            grad_clip=1.0, schedule=lambda s: 0.1 + 0.45 * (1 + math.cos(math.pi * s / args.steps)),
-                            evaluate=record, eval_every=args.eval_every, desc=name)
-        runs[name] = {"checkpoints": checkpoints, "seconds": history.seconds,
-                      "cpu_seconds": time.process_time() - cpu, "diverged": history.diverged,
-                      "final_loss": sum(history.loss[-50:]) / 50,
-                      "parameters": sum(p.numel() for p in model.parameters())}
+        history = train.fit(
+            model,
+            batches(args.seed + 1),
+            seq2seq.sequence_loss,
+            steps=args.steps,
+            lr=args.lr,
+            grad_clip=1.0,
+            schedule=lambda s: 0.1 + 0.45 * (1 + math.cos(math.pi * s / args.steps)),
+            evaluate=record,
+            eval_every=args.eval_every,
+            desc=name,
+        )
+        runs[name] = {
+            "checkpoints": checkpoints,
+            "seconds": history.seconds,
+            "cpu_seconds": time.process_time() - cpu,
+            "diverged": history.diverged,
+            "final_loss": sum(history.loss[-50:]) / 50,
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
 
     result = {
-        "config": vars(args), "buckets": [f"{lo}-{hi}" for lo, hi in buckets], "runs": runs,
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
-                    "device": str(device), "python": sys.version.split()[0]},
-        "load_before": load_before, "load_after": loadavg(),
+        "config": vars(args),
+        "buckets": [f"{lo}-{hi}" for lo, hi in buckets],
+        "runs": runs,
+        "machine": {
+            "cpu": cpu_name(),
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+            "device": str(device),
+            "python": sys.version.split()[0],
+        },
+        "load_before": load_before,
+        "load_after": loadavg(),
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -163,19 +190,30 @@ def readme_section(result) -> str:
         f"device {result['machine']['device']}; "
         f"load average {result['load_before']} before and {result['load_after']} after (the machine is shared: "
         "the times are pessimistic). Training time: "
-        + ", ".join(f"{name} {run['seconds'] / 60:.0f} min ({run['cpu_seconds'] / 60:.0f} min of CPU)"
-                    for name, run in runs.items()) + ".",
+        + ", ".join(
+            f"{name} {run['seconds'] / 60:.0f} min ({run['cpu_seconds'] / 60:.0f} min of CPU)"
+            for name, run in runs.items()
+        )
+        + ".",
         "",
         "| length | exact, attention | exact, fixed context | per digit, attention | per digit, fixed context |",
         "|---|---:|---:|---:|---:|",
     ]
     for bucket in result["buckets"]:
         a, f = final["attention"][bucket], final["fixed context"][bucket]
-        lines.append(f"| {bucket} | {a['exact']:.1%} | {f['exact']:.1%} | {a['per_digit']:.1%} "
-                     f"| {f['per_digit']:.1%} |")
-    lines += ["", "Exact match of the attention model on the longest bucket during training: "
-              + ", ".join(f"step {c['step']}: {c['buckets'][result['buckets'][-1]]['exact']:.1%}"
-                          for c in runs["attention"]["checkpoints"]) + ".", END]
+        lines.append(
+            f"| {bucket} | {a['exact']:.1%} | {f['exact']:.1%} | {a['per_digit']:.1%} | {f['per_digit']:.1%} |"
+        )
+    lines += [
+        "",
+        "Exact match of the attention model on the longest bucket during training: "
+        + ", ".join(
+            f"step {c['step']}: {c['buckets'][result['buckets'][-1]]['exact']:.1%}"
+            for c in runs["attention"]["checkpoints"]
+        )
+        + ".",
+        END,
+    ]
     return "\n".join(lines)
 
 

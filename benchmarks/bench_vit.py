@@ -22,6 +22,7 @@ Writes benchmarks/results/vit.json and its section of benchmarks/README.md (betw
     .venv/bin/python benchmarks/bench_vit.py --seeds 0 --parts recipe --no-readme   # a quick look
     .venv/bin/python benchmarks/bench_vit.py --from-json           # rewrite the README section only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,8 @@ import time
 from pathlib import Path
 
 import torch
-
-from attnbook import data, measure, train, vit
 from _common import cpu_name, loadavg, markers, summary, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import data, measure, train, vit
 
 HERE = Path(__file__).resolve().parent
 TINY = dict(image_size=8, patch_size=2, in_channels=1, n_classes=10, d_model=64, n_layers=2, n_heads=4, d_ff=128)
@@ -51,15 +51,15 @@ VARIANTS = {
 TARGET_ACCURACY, TARGET_SECONDS = 0.97, 60.0
 
 
-
-
-
-
 def run(model, x, y, digits, seed, **recipe) -> dict:
     cpu, wall = time.process_time(), time.perf_counter()
     vit.fit_classifier(model, x, y, seed=seed, **recipe)
-    return {"accuracy": vit.accuracy(model, digits.x_test, digits.y_test), "train_accuracy": vit.accuracy(model, x, y),
-            "cpu_seconds": time.process_time() - cpu, "wall_seconds": time.perf_counter() - wall}
+    return {
+        "accuracy": vit.accuracy(model, digits.x_test, digits.y_test),
+        "train_accuracy": vit.accuracy(model, x, y),
+        "cpu_seconds": time.process_time() - cpu,
+        "wall_seconds": time.perf_counter() - wall,
+    }
 
 
 def part_recipe(digits, seeds, device, variants) -> list[dict]:
@@ -70,8 +70,11 @@ def part_recipe(digits, seeds, device, variants) -> list[dict]:
         for seed in seeds:
             train.seed_everything(seed)
             model = vit.ViT(vit.ViTConfig(**TINY, **changes)).to(device)
-            row = {"variant": name, "seed": seed, **run(model, digits.x_train, digits.y_train, digits, seed,
-                                                         desc=f"{name}, seed {seed}", **RECIPE)}
+            row = {
+                "variant": name,
+                "seed": seed,
+                **run(model, digits.x_train, digits.y_train, digits, seed, desc=f"{name}, seed {seed}", **RECIPE),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -96,16 +99,24 @@ def part_data(digits, seeds, sizes, device) -> list[dict]:
             for seed in seeds:
                 train.seed_everything(seed)
                 model = make().to(device)
-                row = {"model": name, "n": n, "seed": seed, "parameters": measure.count_parameters(model),
-                       **run(model, digits.x_train[idx], digits.y_train[idx], digits, seed,
-                             desc=f"{name}, {n} images, seed {seed}", **recipe)}
+                row = {
+                    "model": name,
+                    "n": n,
+                    "seed": seed,
+                    "parameters": measure.count_parameters(model),
+                    **run(
+                        model,
+                        digits.x_train[idx],
+                        digits.y_train[idx],
+                        digits,
+                        seed,
+                        desc=f"{name}, {n} images, seed {seed}",
+                        **recipe,
+                    ),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
-
-
-
-
 
 
 def table(result: dict) -> str:
@@ -127,31 +138,47 @@ def table(result: dict) -> str:
     ]
     rows = result.get("recipe", [])
     if rows:
-        lines += ["", "Full training set, the chapter's recipe (" + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in result["recipe_settings"].items()) + "):", "",
-                  "| variant | test accuracy | CPU seconds | wall seconds |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "Full training set, the chapter's recipe ("
+            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in result["recipe_settings"].items())
+            + "):",
+            "",
+            "| variant | test accuracy | CPU seconds | wall seconds |",
+            "|---|---:|---:|---:|",
+        ]
         for name in VARIANTS:
             r = [x for x in rows if x["variant"] == name]
             if r:
-                lines.append(f"| {name} | {summary([x['accuracy'] for x in r])} "
-                             f"| {statistics.mean(x['cpu_seconds'] for x in r):.1f} "
-                             f"| {statistics.mean(x['wall_seconds'] for x in r):.1f} |")
+                lines.append(
+                    f"| {name} | {summary([x['accuracy'] for x in r])} "
+                    f"| {statistics.mean(x['cpu_seconds'] for x in r):.1f} "
+                    f"| {statistics.mean(x['wall_seconds'] for x in r):.1f} |"
+                )
         main = [x for x in rows if x["variant"] == "class token, learned positions"]
         if main:
             worst = min(x["accuracy"] for x in main)
             slowest = max(x["cpu_seconds"] for x in main)
             met = worst >= TARGET_ACCURACY and slowest < TARGET_SECONDS
-            lines += ["", f"Target: at least {TARGET_ACCURACY:.0%} test accuracy in under {TARGET_SECONDS:.0f} s: "
-                      f"lowest accuracy over the seeds **{worst:.1%}**, longest training **{slowest:.0f} CPU "
-                      f"seconds**: **{'met' if met else 'NOT met'}**."]
+            lines += [
+                "",
+                f"Target: at least {TARGET_ACCURACY:.0%} test accuracy in under {TARGET_SECONDS:.0f} s: "
+                f"lowest accuracy over the seeds **{worst:.1%}**, longest training **{slowest:.0f} CPU "
+                f"seconds**: **{'met' if met else 'NOT met'}**.",
+            ]
     rows = result.get("data", [])
     if rows:
         models = list(dict.fromkeys(x["model"] for x in rows))
         sizes = sorted({x["n"] for x in rows})
         params = {m: next(x["parameters"] for x in rows if x["model"] == m) for m in models}
-        lines += ["", f"Test accuracy against the number of training images (max({result['subset_steps']}, 45 "
-                  "passes) steps on the subsets, the full recipe on the whole set; no augmentation):", "",
-                  "| training images | " + " | ".join(f"{m} ({params[m]:,} parameters)" for m in models) + " |",
-                  "|---:|" + "---:|" * len(models)]
+        lines += [
+            "",
+            f"Test accuracy against the number of training images (max({result['subset_steps']}, 45 "
+            "passes) steps on the subsets, the full recipe on the whole set; no augmentation):",
+            "",
+            "| training images | " + " | ".join(f"{m} ({params[m]:,} parameters)" for m in models) + " |",
+            "|---:|" + "---:|" * len(models),
+        ]
         for n in sizes:
             cells = [summary([x["accuracy"] for x in rows if x["model"] == m and x["n"] == n]) for m in models]
             lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
@@ -159,16 +186,19 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--parts", nargs="+", choices=["recipe", "data"], default=["recipe", "data"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[25, 50, 100, 200, 400, 800, 1437])
-    parser.add_argument("--variants", type=int, nargs="+", default=list(range(len(VARIANTS))),
-                        help="which recipe variants to run, by number: " + ", ".join(
-                            f"{i} = {name}" for i, name in enumerate(VARIANTS)))
+    parser.add_argument(
+        "--variants",
+        type=int,
+        nargs="+",
+        default=list(range(len(VARIANTS))),
+        help="which recipe variants to run, by number: "
+        + ", ".join(f"{i} = {name}" for i, name in enumerate(VARIANTS)),
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "vit.json")
     parser.add_argument("--readme", type=Path, default=HERE / "README.md")
@@ -183,9 +213,15 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     device = train.pick_device()
     digits = data.load_digits()
-    env = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(), "cores": os.cpu_count(),
-           "threads": torch.get_num_threads(), "torch": torch.__version__, "device": str(device),
-           "load_before": loadavg()}
+    env = {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "load_before": loadavg(),
+    }
     result = {"seeds": args.seeds, "recipe_settings": RECIPE, "subset_steps": SUBSET_STEPS, "environment": env}
     if "recipe" in args.parts:
         result["recipe"] = part_recipe(digits, args.seeds, device, [list(VARIANTS)[i] for i in args.variants])

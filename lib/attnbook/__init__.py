@@ -3,4 +3,5 @@
 One concept per module; each chapter of the book builds a concept from scratch, checks it against
 the library (or PyTorch), then uses the library from there on.
 """
+
 __version__ = "0.1.0"

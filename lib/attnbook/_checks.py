@@ -1,8 +1,9 @@
 """Input checks shared by the library: errors that name the argument, what was expected and what was given."""
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -12,8 +13,15 @@ def shape_str(shape: Sequence[int]) -> str:
     return "(" + ", ".join(str(int(s)) for s in shape) + ")"
 
 
-def tensor(name: str, x, *, min_ndim: int | None = None, ndim: int | None = None,
-           floating: bool = False, dtype: torch.dtype | None = None) -> torch.Tensor:
+def tensor(
+    name: str,
+    x,
+    *,
+    min_ndim: int | None = None,
+    ndim: int | None = None,
+    floating: bool = False,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """Check that ``x`` is a tensor of the right rank and kind; return it unchanged."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -21,7 +29,8 @@ def tensor(name: str, x, *, min_ndim: int | None = None, ndim: int | None = None
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {shape_str(x.shape)} ({x.dim()} dimensions)")
     if min_ndim is not None and x.dim() < min_ndim:
         raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions, got shape {shape_str(x.shape)} ({x.dim()} dimensions)")
+            f"{name} must have at least {min_ndim} dimensions, got shape {shape_str(x.shape)} ({x.dim()} dimensions)"
+        )
     if floating and not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if dtype is not None and x.dtype != dtype:
@@ -61,7 +70,9 @@ def broadcastable(name: str, x: torch.Tensor, target: Sequence[int], what: str) 
     except RuntimeError:
         out = None
     if out is None or tuple(out) != tuple(target):
-        raise ValueError(f"{name} must be broadcastable to {what} = {shape_str(target)}, got shape {shape_str(x.shape)}")
+        raise ValueError(
+            f"{name} must be broadcastable to {what} = {shape_str(target)}, got shape {shape_str(x.shape)}"
+        )
 
 
 def _reference(module) -> torch.Tensor | None:
@@ -82,21 +93,25 @@ def like(name: str, x: torch.Tensor, module, *, owner: str | None = None) -> tor
         return x
     owner = owner or type(module).__name__
     if x.dtype != ref.dtype:
-        raise TypeError(f"{name} has dtype {x.dtype} but the {owner}'s parameters are {ref.dtype}; convert one of "
-                        f"them ({name}.to({ref.dtype}) or {owner}.to({x.dtype}))")
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the {owner}'s parameters are {ref.dtype}; convert one of "
+            f"them ({name}.to({ref.dtype}) or {owner}.to({x.dtype}))"
+        )
     if x.device != ref.device:
-        raise ValueError(f"{name} is on {x.device} but the {owner}'s parameters are on {ref.device}; move one of "
-                         f"them ({name}.to(device) or {owner}.to(device))")
+        raise ValueError(
+            f"{name} is on {x.device} but the {owner}'s parameters are on {ref.device}; move one of "
+            f"them ({name}.to(device) or {owner}.to(device))"
+        )
     return x
 
 
-def features(name: str, x, width: int, *, module=None, width_name: str = "d_model", min_ndim: int = 1,
-             ndim: int | None = None) -> torch.Tensor:
+def features(
+    name: str, x, width: int, *, module=None, width_name: str = "d_model", min_ndim: int = 1, ndim: int | None = None
+) -> torch.Tensor:
     """Check a floating tensor of vectors (..., width) (with the dtype and device of ``module``); return it."""
     tensor(name, x, min_ndim=min_ndim, ndim=ndim, floating=True)
     if x.shape[-1] != width:
-        raise ValueError(f"{name} must have width {width_name}={width}, "
-                         f"got shape {shape_str(x.shape)}")
+        raise ValueError(f"{name} must have width {width_name}={width}, got shape {shape_str(x.shape)}")
     if module is not None:
         like(name, x, module)
     return x
@@ -119,12 +134,15 @@ def same_size(what: str, dims: slice, *named: tuple[str, torch.Tensor]) -> None:
     first_name, first = named[0]
     for name, x in named[1:]:
         if x.shape[dims] != first.shape[dims]:
-            raise ValueError(f"{first_name} and {name} must have the same {what}, got {first_name} "
-                             f"{shape_str(first.shape)} and {name} {shape_str(x.shape)}")
+            raise ValueError(
+                f"{first_name} and {name} must have the same {what}, got {first_name} "
+                f"{shape_str(first.shape)} and {name} {shape_str(x.shape)}"
+            )
 
 
-def attention_mask(name: str, mask, target: Sequence[int], *, dims: str = "(B, H, Tq, Tk)",
-                   device: torch.device | None = None) -> torch.Tensor:
+def attention_mask(
+    name: str, mask, target: Sequence[int], *, dims: str = "(B, H, Tq, Tk)", device: torch.device | None = None
+) -> torch.Tensor:
     """Check a boolean attention mask (True = may attend) of rank 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk)
     against the scores' shape ``target`` = (B, H, Tq, Tk) (and the queries' ``device``); return it ready to
     broadcast against the scores (a rank-3 mask gets a head dimension)."""
@@ -133,16 +151,19 @@ def attention_mask(name: str, mask, target: Sequence[int], *, dims: str = "(B, H
         raise ValueError(f"{name} is on {mask.device} but the inputs are on {device}; move it ({name}.to(device))")
     letters = dims.strip("()").split(", ")
     if mask.dim() not in (2, 3, 4):
-        raise ValueError(f"{name} must have 2 ({', '.join(letters[2:])}), 3 ({letters[0]}, {', '.join(letters[2:])}) "
-                         f"or 4 {dims} dimensions, got shape {shape_str(mask.shape)}")
+        raise ValueError(
+            f"{name} must have 2 ({', '.join(letters[2:])}), 3 ({letters[0]}, {', '.join(letters[2:])}) "
+            f"or 4 {dims} dimensions, got shape {shape_str(mask.shape)}"
+        )
     full = mask.unsqueeze(1) if mask.dim() == 3 else mask  # rank 3: the same mask for every head
     try:
         out = torch.broadcast_shapes(tuple(full.shape), tuple(target))
     except RuntimeError:
         out = None
     if out is None or tuple(out) != tuple(target):
-        raise ValueError(f"{name} must be broadcastable to {dims} = {shape_str(target)}, "
-                         f"got shape {shape_str(mask.shape)}")
+        raise ValueError(
+            f"{name} must be broadcastable to {dims} = {shape_str(target)}, got shape {shape_str(mask.shape)}"
+        )
     return full
 
 
@@ -175,8 +196,9 @@ def module(name: str, value, kind=torch.nn.Module, what: str = "a torch.nn.Modul
 
 def generator(name: str, value) -> torch.Generator | None:
     """Check that ``value`` is a ``torch.Generator`` or None; return it."""
-    return instance(name, value, torch.Generator, "a torch.Generator (e.g. torch.Generator().manual_seed(0))",
-                    optional=True)
+    return instance(
+        name, value, torch.Generator, "a torch.Generator (e.g. torch.Generator().manual_seed(0))", optional=True
+    )
 
 
 def function(name: str, value, *, optional: bool = False):
@@ -216,8 +238,9 @@ def file(name: str, path):
         raise TypeError(f"{name} must be a path (a str or a pathlib.Path), got {type(path).__name__}")
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{name} must be an existing file, got {str(path)!r} "
-                                f"({'a folder' if path.is_dir() else 'no such file'})")
+        raise FileNotFoundError(
+            f"{name} must be an existing file, got {str(path)!r} ({'a folder' if path.is_dir() else 'no such file'})"
+        )
     return path
 
 
@@ -235,8 +258,10 @@ def scalar(name: str, value, *, positive: bool = False):
     return it unchanged (a tensor keeps its gradient)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or not value.is_floating_point():
-            raise TypeError(f"{name} must be a number or a one-element floating tensor, got a tensor of dtype "
-                            f"{value.dtype} and shape {shape_str(value.shape)}")
+            raise TypeError(
+                f"{name} must be a number or a one-element floating tensor, got a tensor of dtype "
+                f"{value.dtype} and shape {shape_str(value.shape)}"
+            )
         number = float(value.detach())
         if not math.isfinite(number):
             raise ValueError(f"{name} must be finite, got {number}")
@@ -273,8 +298,17 @@ def numbers(name: str, values) -> torch.Tensor:
     return out
 
 
-def token_ids(name: str, ids, vocab_size: int | None, *, ndim: int | None = None, min_ndim: int | None = None,
-              ignore_index: int | None = None, what: str = "token ids", values: bool = True) -> torch.Tensor:
+def token_ids(
+    name: str,
+    ids,
+    vocab_size: int | None,
+    *,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    ignore_index: int | None = None,
+    what: str = "token ids",
+    values: bool = True,
+) -> torch.Tensor:
     """Check an integer tensor of ids in [0, vocab_size) (>= 0 if ``vocab_size`` is None; entries equal to
     ``ignore_index`` aside); return it. ``values=False`` checks the kind only (a traced tensor has no values)."""
     tensor(name, ids, ndim=ndim, min_ndim=min_ndim)
@@ -286,8 +320,9 @@ def token_ids(name: str, ids, vocab_size: int | None, *, ndim: int | None = None
     if kept.numel() and (int(kept.min()) < 0 or (vocab_size is not None and int(kept.max()) >= vocab_size)):
         also = "" if ignore_index is None else f" (or {ignore_index}: not predicted)"
         where = ">= 0" if vocab_size is None else f"in [0, {vocab_size})"
-        raise ValueError(f"{name} must hold {what} {where}{also}, got values from {int(kept.min())} "
-                         f"to {int(kept.max())}")
+        raise ValueError(
+            f"{name} must hold {what} {where}{also}, got values from {int(kept.min())} to {int(kept.max())}"
+        )
     return ids
 
 
@@ -296,8 +331,10 @@ def same_dtype(*named: tuple[str, torch.Tensor]) -> None:
     first_name, first = named[0]
     for name, x in named[1:]:
         if x.dtype != first.dtype:
-            raise TypeError(f"{first_name} and {name} must have the same dtype, got {first.dtype} and {x.dtype}; "
-                            f"convert one of them ({name}.to({first.dtype}))")
+            raise TypeError(
+                f"{first_name} and {name} must have the same dtype, got {first.dtype} and {x.dtype}; "
+                f"convert one of them ({name}.to({first.dtype}))"
+            )
 
 
 def broadcast(*named: tuple[str, torch.Tensor], what: str = "shapes") -> tuple[int, ...]:
@@ -306,8 +343,9 @@ def broadcast(*named: tuple[str, torch.Tensor], what: str = "shapes") -> tuple[i
         return tuple(torch.broadcast_shapes(*(tuple(x.shape) for _, x in named)))
     except RuntimeError:
         shapes = ", ".join(f"{n} {shape_str(x.shape)}" for n, x in named)
-        raise ValueError(f"{' and '.join(n for n, _ in named)} must have {what} that broadcast together, "
-                         f"got {shapes}") from None
+        raise ValueError(
+            f"{' and '.join(n for n, _ in named)} must have {what} that broadcast together, got {shapes}"
+        ) from None
 
 
 def int_pair(name: str, value, *, what: str = "(low, high)", minimum: int = 1) -> tuple[int, int]:

@@ -23,6 +23,7 @@ on both paths, :class:`GroupedQueryAttention`, ``flash.flash_attention``):
   forms the scores, the softmax and the weighted sum in float32 (as fused kernels do), so scores beyond
   65504 do not overflow.
 """
+
 from __future__ import annotations
 
 import math
@@ -119,31 +120,37 @@ def check_qkv(q, k, v, mask=None, *, same_batch: bool = False, score_bias=None) 
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension Dk, got q {_checks.shape_str(q.shape)} "
-            f"and k {_checks.shape_str(k.shape)}")
+            f"and k {_checks.shape_str(k.shape)}"
+        )
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
             f"k and v must have the same number of keys Tk (dimension -2), got k {_checks.shape_str(k.shape)} "
-            f"and v {_checks.shape_str(v.shape)}")
+            f"and v {_checks.shape_str(v.shape)}"
+        )
     for name, x, what in (("q", q, "queries Tq"), ("k", k, "keys Tk")):
         if x.shape[-2] == 0:
             raise ValueError(f"{name} is an empty sequence: it has 0 {what}, shape {_checks.shape_str(x.shape)}")
     if q.shape[-1] == 0 or v.shape[-1] == 0:
         raise ValueError(
-            f"q, k and v need a non-zero width, got q {_checks.shape_str(q.shape)} and v {_checks.shape_str(v.shape)}")
+            f"q, k and v need a non-zero width, got q {_checks.shape_str(q.shape)} and v {_checks.shape_str(v.shape)}"
+        )
     if same_batch and not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
         raise ValueError(
             f"q, k and v must have the same batch dimensions (...), got q {_checks.shape_str(q.shape)}, "
-            f"k {_checks.shape_str(k.shape)} and v {_checks.shape_str(v.shape)}")
+            f"k {_checks.shape_str(k.shape)} and v {_checks.shape_str(v.shape)}"
+        )
     if k.shape[:-2] != v.shape[:-2]:
         raise ValueError(
             f"k and v must have the same batch dimensions, got k {_checks.shape_str(k.shape)} "
-            f"and v {_checks.shape_str(v.shape)}")
+            f"and v {_checks.shape_str(v.shape)}"
+        )
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
     except RuntimeError:
         raise ValueError(
             f"the batch dimensions of q and k must be broadcastable, got q {_checks.shape_str(q.shape)} "
-            f"and k {_checks.shape_str(k.shape)}") from None
+            f"and k {_checks.shape_str(k.shape)}"
+        ) from None
     scores_shape = (*batch, q.shape[-2], k.shape[-2])
     if mask is not None:
         _checks.tensor("mask", mask, dtype=torch.bool)
@@ -292,7 +299,8 @@ def padding_mask(lengths, t_k: int | None = None, *, device=None) -> torch.Tenso
     if lengths.dim() != 1 or lengths.numel() == 0:
         raise ValueError(
             f"lengths must be a non-empty 1-D sequence of integers (one length per sequence), "
-            f"got {lengths.dtype} of shape {_checks.shape_str(lengths.shape)}")
+            f"got {lengths.dtype} of shape {_checks.shape_str(lengths.shape)}"
+        )
     longest = int(lengths.max())
     t_k = longest if t_k is None else _checks.positive_int("t_k", t_k)
     if int(lengths.min()) < 1 or longest > t_k:
@@ -334,8 +342,9 @@ class AdditiveScore(nn.Module):
         """
         _checks.tensor("keys", keys, min_ndim=2, floating=True)
         if keys.shape[-1] != self.W_2.in_features:
-            raise ValueError(f"keys must have width d_key={self.W_2.in_features}, got shape "
-                             f"{_checks.shape_str(keys.shape)}")
+            raise ValueError(
+                f"keys must have width d_key={self.W_2.in_features}, got shape {_checks.shape_str(keys.shape)}"
+            )
         return self.W_2(keys)  # (..., Tk, A)
 
     def check(self, query, keys, projected_keys=None) -> tuple[int, ...]:
@@ -346,8 +355,10 @@ class AdditiveScore(nn.Module):
             _checks.tensor("projected_keys", projected_keys, min_ndim=2, floating=True)
             expected = (*keys.shape[:-1], self.W_2.out_features)
             if tuple(projected_keys.shape) != expected:
-                raise ValueError(f"projected_keys must have shape {_checks.shape_str(expected)} (keys' shape with "
-                                 f"width d_attn), got {_checks.shape_str(projected_keys.shape)}")
+                raise ValueError(
+                    f"projected_keys must have shape {_checks.shape_str(expected)} (keys' shape with "
+                    f"width d_attn), got {_checks.shape_str(projected_keys.shape)}"
+                )
             _checks.like("projected_keys", projected_keys, self)
         for name, x, what in (("query", query, "queries Tq"), ("keys", keys, "keys Tk")):
             if x.shape[-2] == 0:
@@ -355,12 +366,15 @@ class AdditiveScore(nn.Module):
         try:
             batch = torch.broadcast_shapes(query.shape[:-2], keys.shape[:-2])
         except RuntimeError:
-            raise ValueError(f"the batch dimensions of query and keys must be broadcastable, got query "
-                             f"{_checks.shape_str(query.shape)} and keys {_checks.shape_str(keys.shape)}") from None
+            raise ValueError(
+                f"the batch dimensions of query and keys must be broadcastable, got query "
+                f"{_checks.shape_str(query.shape)} and keys {_checks.shape_str(keys.shape)}"
+            ) from None
         return (*batch, query.shape[-2], keys.shape[-2])
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, *,
-                projected_keys: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor, *, projected_keys: torch.Tensor | None = None
+    ) -> torch.Tensor:
         self.check(query, keys, projected_keys)
         projected_q = self.W_1(query).unsqueeze(-2)  # (..., Tq, 1, A)
         if projected_keys is None:
@@ -386,17 +400,30 @@ class AdditiveAttention(nn.Module):
         super().__init__()
         self.score = AdditiveScore(d_query, d_key, d_attn)
 
-    def forward(self, query, keys, values, mask=None, *, return_weights: bool = False,
-                projected_keys: torch.Tensor | None = None):
+    def forward(
+        self,
+        query,
+        keys,
+        values,
+        mask=None,
+        *,
+        return_weights: bool = False,
+        projected_keys: torch.Tensor | None = None,
+    ):
         scores_shape = self.score.check(query, keys, projected_keys)  # (..., Tq, Tk)
         _checks.tensor("values", values, min_ndim=2, floating=True)
         _checks.like("values", values, self)
         if keys.shape[-2] != values.shape[-2]:
             raise ValueError(
                 f"keys and values must have the same number of positions Tk, got keys "
-                f"{_checks.shape_str(keys.shape)} and values {_checks.shape_str(values.shape)}")
-        _checks.broadcastable("values", values, (*scores_shape[:-2], *values.shape[-2:]),
-                              "the batch dimensions of the scores with (Tk, Dv)")
+                f"{_checks.shape_str(keys.shape)} and values {_checks.shape_str(values.shape)}"
+            )
+        _checks.broadcastable(
+            "values",
+            values,
+            (*scores_shape[:-2], *values.shape[-2:]),
+            "the batch dimensions of the scores with (Tk, Dv)",
+        )
         if mask is not None:
             _checks.tensor("mask", mask, dtype=torch.bool)
             _checks.broadcastable("mask", mask, scores_shape, "the scores' shape (..., Tq, Tk)")
@@ -414,7 +441,6 @@ class AdditiveAttention(nn.Module):
         return (context, weights) if return_weights else context
 
 
-
 def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool, score_bias=None):
     """The attention of every head, given projected q (B, H, Tq, Dh), k and v (B, H, Tk, Dh).
 
@@ -426,8 +452,9 @@ def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool, sc
     """
     q, k, v, poisoned = _inert(q, k, v, mask, 0 if fused_causal else None)
     if return_weights:
-        heads, weights = _explicit(q, k, v, mask, 1.0 / math.sqrt(q.shape[-1]), p,
-                                   score_bias)  # (B, H, Tq, Dh), (B, H, Tq, Tk)
+        heads, weights = _explicit(
+            q, k, v, mask, 1.0 / math.sqrt(q.shape[-1]), p, score_bias
+        )  # (B, H, Tq, Dh), (B, H, Tq, Tk)
     else:
         attn_mask = mask
         if score_bias is not None:
@@ -435,8 +462,10 @@ def _heads(q, k, v, mask, fused_causal: bool, p: float, return_weights: bool, sc
             if mask is not None:  # rows with no allowed key stay finite here and are zeroed below
                 allowed = mask | ~mask.any(dim=-1, keepdim=True)
                 attn_mask = torch.where(allowed, attn_mask, float("-inf"))  # broadcast to both shapes
-        heads, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p,
-                                                        is_causal=fused_causal), None
+        heads, weights = (
+            F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=fused_causal),
+            None,
+        )
         if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
             heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return _poison(poisoned, heads, weights)  # (B, H, Tq, Dh)
@@ -465,8 +494,10 @@ def _head_bias(score_bias, target, name: str = "score_bias"):
         return None
     _checks.tensor(name, score_bias, floating=True)
     if score_bias.dim() not in (2, 3, 4):
-        raise ValueError(f"{name} must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
-                         f"got shape {_checks.shape_str(score_bias.shape)}")
+        raise ValueError(
+            f"{name} must have 2 (Tq, Tk), 3 (B, Tq, Tk) or 4 (B, H, Tq, Tk) dimensions, "
+            f"got shape {_checks.shape_str(score_bias.shape)}"
+        )
     if score_bias.dim() == 3:
         score_bias = score_bias.unsqueeze(1)  # (B, 1, Tq, Tk): the same bias for every head
     return check_score_bias(score_bias, target, "(B, H, Tq, Tk)")
@@ -527,8 +558,17 @@ class MultiHeadAttention(nn.Module):
             out.extend(F.linear(inputs[group[0]], weight, bias).chunk(len(group), dim=-1))
         return out
 
-    def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
-                return_weights: bool = False, score_bias=None):
+    def forward(
+        self,
+        query,
+        key=None,
+        value=None,
+        mask=None,
+        *,
+        is_causal: bool = False,
+        return_weights: bool = False,
+        score_bias=None,
+    ):
         key = query if key is None else key
         value = key if value is None else value
         mask, score_bias = _check_attention_inputs(self, query, key, value, mask, score_bias)
@@ -544,8 +584,9 @@ class MultiHeadAttention(nn.Module):
         q = q.view(B, T_q, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tq, Dh)
         k = k.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
         v = v.view(B, T_k, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, Tk, Dh)
-        heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
-                                return_weights, score_bias)  # (B, H, Tq, Dh)
+        heads, weights = _heads(
+            q, k, v, mask, fused_causal, self.dropout if self.training else 0.0, return_weights, score_bias
+        )  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out
 
@@ -576,8 +617,10 @@ class KVCache:
             expected = (k.shape[0], k.shape[1], self.k.shape[2], k.shape[3])
             for name, held in (("cache.k", self.k), ("cache.v", self.v)):
                 if tuple(held.shape) != expected:
-                    raise ValueError(f"{name} must have shape (B, H_kv, T_past, Dh) = {_checks.shape_str(expected)} "
-                                     f"to match the new keys, got {_checks.shape_str(held.shape)}")
+                    raise ValueError(
+                        f"{name} must have shape (B, H_kv, T_past, Dh) = {_checks.shape_str(expected)} "
+                        f"to match the new keys, got {_checks.shape_str(held.shape)}"
+                    )
             k = torch.cat([self.k, k], dim=2)  # (B, H_kv, T_past + T_new, Dh)
             v = torch.cat([self.v, v], dim=2)  # (B, H_kv, T_past + T_new, Dh)
         self.k, self.v = k, v
@@ -608,8 +651,18 @@ class GroupedQueryAttention(nn.Module):
     Chapter: modern tweaks (grouped-query attention, RoPE, KV cache); scaling and practice (QK normalisation).
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, dropout: float = 0.0,
-                 bias: bool = True, rope: bool = False, rope_base: float = 10000.0, qk_norm: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+        qk_norm: bool = False,
+    ):
         super().__init__()
         _checks.positive_int("d_model", d_model)
         _checks.positive_int("n_heads", n_heads)
@@ -617,8 +670,10 @@ class GroupedQueryAttention(nn.Module):
         if d_model % n_heads:
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}")
         if n_heads % n_kv_heads:
-            raise ValueError(f"n_heads must be divisible by n_kv_heads (each key/value head serves a whole group "
-                             f"of query heads), got n_heads={n_heads} and n_kv_heads={n_kv_heads}")
+            raise ValueError(
+                f"n_heads must be divisible by n_kv_heads (each key/value head serves a whole group "
+                f"of query heads), got n_heads={n_heads} and n_kv_heads={n_kv_heads}"
+            )
         self.dropout = _checks.positive_float("dropout", dropout, allow_zero=True)
         if self.dropout >= 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -636,8 +691,18 @@ class GroupedQueryAttention(nn.Module):
             self.q_norm = nn.LayerNorm(self.d_head, bias=bias)
             self.k_norm = nn.LayerNorm(self.d_head, bias=bias)
 
-    def forward(self, query, key=None, value=None, mask=None, *, is_causal: bool = False,
-                return_weights: bool = False, cache: KVCache | None = None, score_bias=None):
+    def forward(
+        self,
+        query,
+        key=None,
+        value=None,
+        mask=None,
+        *,
+        is_causal: bool = False,
+        return_weights: bool = False,
+        cache: KVCache | None = None,
+        score_bias=None,
+    ):
         key = query if key is None else key
         value = key if value is None else value
         if cache is not None and not isinstance(cache, KVCache):
@@ -656,8 +721,10 @@ class GroupedQueryAttention(nn.Module):
             k = apply_rope(k, offset=past, base=self.rope_base)  # (B, H_kv, Tk, Dh)
         if cache is not None:
             if cache.k is not None and cache.k.shape[0] != B:
-                raise ValueError(f"cache.k must have shape (B={B}, H_kv={self.n_kv_heads}, T_past, Dh={self.d_head}), "
-                                 f"got {_checks.shape_str(cache.k.shape)}")
+                raise ValueError(
+                    f"cache.k must have shape (B={B}, H_kv={self.n_kv_heads}, T_past, Dh={self.d_head}), "
+                    f"got {_checks.shape_str(cache.k.shape)}"
+                )
             k, v = cache.append(k, v)  # (B, H_kv, T_past + Tk, Dh)
         T_k = k.shape[2]
         group = self.n_heads // self.n_kv_heads
@@ -669,7 +736,8 @@ class GroupedQueryAttention(nn.Module):
         if is_causal and not fused_causal:
             causal = causal_mask(T_q, T_k, offset=past, device=query.device)  # (Tq, Tk)
             mask = causal if mask is None else mask & causal
-        heads, weights = _heads(q, k, v, mask, fused_causal, self.dropout if self.training else 0.0,
-                                return_weights, score_bias)  # (B, H, Tq, Dh)
+        heads, weights = _heads(
+            q, k, v, mask, fused_causal, self.dropout if self.training else 0.0, return_weights, score_bias
+        )  # (B, H, Tq, Dh)
         out = self.W_o(heads.transpose(1, 2).reshape(B, T_q, D))  # (B, Tq, D)
         return (out, weights) if return_weights else out

@@ -12,6 +12,7 @@ Audio Spectrogram Transformer, Gong et al., 2021).
 
 Chapter: beyond text (15).
 """
+
 from __future__ import annotations
 
 import math
@@ -64,14 +65,23 @@ def spectrogram(wave: torch.Tensor, n_fft: int = 64, hop_length: int = 32, *, lo
     n_fft = _checks.positive_int("n_fft", n_fft, minimum=2)
     hop_length = _checks.positive_int("hop_length", hop_length)
     if wave.shape[-1] <= n_fft // 2:
-        raise ValueError(f"wave must have more than n_fft // 2 = {n_fft // 2} samples (the reflection padding), "
-                         f"got shape {_checks.shape_str(wave.shape)}")
+        raise ValueError(
+            f"wave must have more than n_fft // 2 = {n_fft // 2} samples (the reflection padding), "
+            f"got shape {_checks.shape_str(wave.shape)}"
+        )
     batch, dtype = wave.shape[:-1], wave.dtype
     if dtype in (torch.float16, torch.bfloat16):
         wave = wave.float()
     window = torch.hann_window(n_fft, dtype=wave.dtype, device=wave.device)  # (n_fft,)
-    X = torch.stft(wave.reshape(-1, wave.shape[-1]), n_fft, hop_length, window=window, center=True,
-                   pad_mode="reflect", return_complex=True)  # (N, n_fft // 2 + 1, n_frames)
+    X = torch.stft(
+        wave.reshape(-1, wave.shape[-1]),
+        n_fft,
+        hop_length,
+        window=window,
+        center=True,
+        pad_mode="reflect",
+        return_complex=True,
+    )  # (N, n_fft // 2 + 1, n_frames)
     magnitude = X.abs().reshape(*batch, *X.shape[-2:])  # (..., F, n_frames)
     return (torch.log1p(magnitude) if log else magnitude).to(dtype)
 
@@ -121,7 +131,7 @@ def chirp(f_start, f_end, n_samples: int, sample_rate: float, *, phase=0.0) -> t
     """
     t, (f0, f1), p = _signal_args(n_samples, sample_rate, phase, f_start=f_start, f_end=f_end)  # (n,), (..., 1)
     duration = n_samples / sample_rate
-    return torch.sin(2 * math.pi * (f0 * t + (f1 - f0) * t ** 2 / (2 * duration)) + p).float()  # (..., n)
+    return torch.sin(2 * math.pi * (f0 * t + (f1 - f0) * t**2 / (2 * duration)) + p).float()  # (..., n)
 
 
 def noise(shape, *, kind: str = "white", generator: torch.Generator | None = None) -> torch.Tensor:
@@ -137,8 +147,9 @@ def noise(shape, *, kind: str = "white", generator: torch.Generator | None = Non
     """
     if kind not in ("white", "brown"):
         raise ValueError(f"kind must be 'white' or 'brown', got {kind!r}")
-    sizes = _checks.as_integers("shape", [shape] if isinstance(shape, int) else shape,
-                                what="a shape (..., n_samples): a list or tuple of sizes")
+    sizes = _checks.as_integers(
+        "shape", [shape] if isinstance(shape, int) else shape, what="a shape (..., n_samples): a list or tuple of sizes"
+    )
     if sizes.dim() != 1 or sizes.numel() == 0 or int(sizes.min()) < 0 or int(sizes[-1]) < 2:
         raise ValueError(f"shape must be sizes (..., n_samples) >= 0 with n_samples >= 2, got {shape!r}")
     x = torch.randn(*sizes.tolist(), generator=_checks.generator("generator", generator))
@@ -152,8 +163,9 @@ def noise(shape, *, kind: str = "white", generator: torch.Generator | None = Non
 SOUND_CLASSES = ("tone", "rising chirp", "falling chirp", "two tones", "beeps", "white noise", "brown noise")
 
 
-def sound_classes(n: int, *, n_samples: int = 2048, sample_rate: float = 4000.0, snr: float = 4.0,
-                  seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def sound_classes(
+    n: int, *, n_samples: int = 2048, sample_rate: float = 4000.0, snr: float = 4.0, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A labelled set of generated sounds, the same number of each kind in ``SOUND_CLASSES``.
 
     Tones and chirps have random frequencies between 5% and 45% of the sample rate (chirps sweep at

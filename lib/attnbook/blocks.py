@@ -14,9 +14,10 @@ Choices are named by strings so that new kinds can be registered without changin
 Chapter: the transformer block (08). Modern tweaks (11) adds other norms and MLPs; the Vision
 Transformer (10) reuses the encoder block.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -96,8 +97,7 @@ class FeedForward(nn.Module):
     Chapter: the transformer block.
     """
 
-    def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0,
-                 bias: bool = True):
+    def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
         _checks.positive_int("d_model", d_model)
         _checks.positive_int("d_ff", d_ff)
@@ -134,7 +134,7 @@ class ConvFeedForward(nn.Module):
         self.conv_2 = nn.Conv1d(d_ff, d_model, kernel_size=1, bias=bias)
 
     @classmethod
-    def from_linear(cls, ffn: FeedForward) -> "ConvFeedForward":
+    def from_linear(cls, ffn: FeedForward) -> ConvFeedForward:
         """A ConvFeedForward whose kernels are the (shared, not copied) weights of ``ffn``, viewed as (out, in, 1)."""
         d_ff, d_model = ffn.W_1.weight.shape
         conv = cls(d_model, d_ff, activation=ffn.activation, bias=ffn.W_1.bias is not None)
@@ -154,12 +154,15 @@ class ConvFeedForward(nn.Module):
 
 # name -> factory(d_model, d_ff, *, dropout, bias) returning a position-wise module (..., D) -> (..., D)
 MLPS: dict[str, Callable[..., nn.Module]] = {
-    "relu": lambda d_model, d_ff, *, dropout, bias: FeedForward(d_model, d_ff, activation="relu",
-                                                                dropout=dropout, bias=bias),
-    "gelu": lambda d_model, d_ff, *, dropout, bias: FeedForward(d_model, d_ff, activation="gelu",
-                                                                dropout=dropout, bias=bias),
-    "gelu_tanh": lambda d_model, d_ff, *, dropout, bias: FeedForward(d_model, d_ff, activation="gelu_tanh",
-                                                                     dropout=dropout, bias=bias),
+    "relu": lambda d_model, d_ff, *, dropout, bias: FeedForward(
+        d_model, d_ff, activation="relu", dropout=dropout, bias=bias
+    ),
+    "gelu": lambda d_model, d_ff, *, dropout, bias: FeedForward(
+        d_model, d_ff, activation="gelu", dropout=dropout, bias=bias
+    ),
+    "gelu_tanh": lambda d_model, d_ff, *, dropout, bias: FeedForward(
+        d_model, d_ff, activation="gelu_tanh", dropout=dropout, bias=bias
+    ),
 }
 
 
@@ -175,8 +178,22 @@ def make_mlp(kind: str, d_model: int, d_ff: int, *, dropout: float = 0.0, bias: 
 class _Block(nn.Module):
     """What encoder and decoder blocks share: argument checks, the FFN, and the residual wiring."""
 
-    def __init__(self, d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, bias, eps, n_norms,
-                 n_kv_heads=None, rope=False, qk_norm=False):
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        d_ff,
+        dropout,
+        mlp,
+        norm,
+        norm_position,
+        bias,
+        eps,
+        n_norms,
+        n_kv_heads=None,
+        rope=False,
+        qk_norm=False,
+    ):
         super().__init__()
         _checks.positive_int("d_model", d_model)
         _checks.positive_int("n_heads", n_heads)
@@ -189,8 +206,9 @@ class _Block(nn.Module):
         if n_kv_heads is None and not rope and not qk_norm:
             self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias)
         else:  # modern tweaks: fewer key/value heads, rotary positions, a KV cache
-            self.self_attn = GroupedQueryAttention(d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias, rope=rope,
-                                                   qk_norm=qk_norm)
+            self.self_attn = GroupedQueryAttention(
+                d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias, rope=rope, qk_norm=qk_norm
+            )
         self.ffn = make_mlp(mlp, d_model, d_ff, dropout=dropout, bias=bias)
         self.norms = nn.ModuleList(make_norm(norm, d_model, eps=eps, bias=bias) for _ in range(n_norms))
         self.dropout = nn.Dropout(dropout)
@@ -231,11 +249,37 @@ class EncoderBlock(_Block):
     Chapter: the transformer block.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.0,
-                 mlp: str = "relu", norm: str = "layernorm", norm_position: str = "post", bias: bool = True,
-                 eps: float = 1e-5, n_kv_heads: int | None = None, rope: bool = False, qk_norm: bool = False):
-        super().__init__(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, bias, eps, n_norms=2,
-                         n_kv_heads=n_kv_heads, rope=rope, qk_norm=qk_norm)
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int | None = None,
+        *,
+        dropout: float = 0.0,
+        mlp: str = "relu",
+        norm: str = "layernorm",
+        norm_position: str = "post",
+        bias: bool = True,
+        eps: float = 1e-5,
+        n_kv_heads: int | None = None,
+        rope: bool = False,
+        qk_norm: bool = False,
+    ):
+        super().__init__(
+            d_model,
+            n_heads,
+            d_ff,
+            dropout,
+            mlp,
+            norm,
+            norm_position,
+            bias,
+            eps,
+            n_norms=2,
+            n_kv_heads=n_kv_heads,
+            rope=rope,
+            qk_norm=qk_norm,
+        )
 
     @property
     def norm_1(self) -> nn.Module:
@@ -245,15 +289,25 @@ class EncoderBlock(_Block):
     def norm_2(self) -> nn.Module:
         return self.norms[1]
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False,
-                return_weights: bool = False, cache: KVCache | None = None, score_bias: torch.Tensor | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        return_weights: bool = False,
+        cache: KVCache | None = None,
+        score_bias: torch.Tensor | None = None,
+    ):
         _checks.sequence("x", x, self.d_model, module=self)
         weights = []
         extra = {} if score_bias is None else {"score_bias": score_bias}
         if cache is not None:  # generation with a KV cache (modern tweaks)
             if not isinstance(self.self_attn, GroupedQueryAttention):
-                raise TypeError("cache needs a block built with n_kv_heads or rope (GroupedQueryAttention); "
-                                "n_kv_heads=n_heads gives multi-head attention that supports a KV cache")
+                raise TypeError(
+                    "cache needs a block built with n_kv_heads or rope (GroupedQueryAttention); "
+                    "n_kv_heads=n_heads gives multi-head attention that supports a KV cache"
+                )
             if not isinstance(cache, KVCache):
                 raise TypeError(f"cache must be an attnbook.attention.KVCache, got {type(cache).__name__}")
             extra["cache"] = cache
@@ -271,7 +325,7 @@ class EncoderBlock(_Block):
         return (x, weights[0]) if return_weights else x
 
     @classmethod
-    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderBlock":
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
         """An EncoderBlock with the configuration and a copy of the weights of a ``TransformerEncoderLayer``."""
         return _from_torch(cls, layer, nn.TransformerEncoderLayer, [("self_attn", "self_attn")])
 
@@ -300,15 +354,49 @@ class DecoderBlock(_Block):
     Chapter: the transformer block.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, dropout: float = 0.0,
-                 mlp: str = "relu", norm: str = "layernorm", norm_position: str = "post", bias: bool = True,
-                 eps: float = 1e-5, n_kv_heads: int | None = None, rope: bool = False, qk_norm: bool = False):
-        super().__init__(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, bias, eps, n_norms=3,
-                         n_kv_heads=n_kv_heads, rope=rope, qk_norm=qk_norm)
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int | None = None,
+        *,
+        dropout: float = 0.0,
+        mlp: str = "relu",
+        norm: str = "layernorm",
+        norm_position: str = "post",
+        bias: bool = True,
+        eps: float = 1e-5,
+        n_kv_heads: int | None = None,
+        rope: bool = False,
+        qk_norm: bool = False,
+    ):
+        super().__init__(
+            d_model,
+            n_heads,
+            d_ff,
+            dropout,
+            mlp,
+            norm,
+            norm_position,
+            bias,
+            eps,
+            n_norms=3,
+            n_kv_heads=n_kv_heads,
+            rope=rope,
+            qk_norm=qk_norm,
+        )
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=float(self.dropout.p), bias=bias)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, is_causal: bool = True, return_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        is_causal: bool = True,
+        return_weights: bool = False,
+    ):
         _checks.sequence("x", x, self.d_model, module=self)
         _checks.sequence("memory", memory, self.d_model, module=self)
         _checks.same_size("batch size B", slice(0, 1), ("x", x), ("memory", memory))
@@ -322,18 +410,21 @@ class DecoderBlock(_Block):
                 weights.append(w)
             return out  # (B, T, D)
 
-        x = self._sublayer(x, 0, lambda h: keep(self.self_attn(h, mask=mask, is_causal=is_causal,
-                                                                 return_weights=return_weights)))
-        x = self._sublayer(x, 1, lambda h: keep(self.cross_attn(h, memory, memory, mask=memory_mask,
-                                                                  return_weights=return_weights)))
+        x = self._sublayer(
+            x, 0, lambda h: keep(self.self_attn(h, mask=mask, is_causal=is_causal, return_weights=return_weights))
+        )
+        x = self._sublayer(
+            x, 1, lambda h: keep(self.cross_attn(h, memory, memory, mask=memory_mask, return_weights=return_weights))
+        )
         x = self._sublayer(x, 2, self.ffn)  # (B, T, D)
         return (x, tuple(weights)) if return_weights else x
 
     @classmethod
-    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderBlock":
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
         """A DecoderBlock with the configuration and a copy of the weights of a ``TransformerDecoderLayer``."""
-        return _from_torch(cls, layer, nn.TransformerDecoderLayer,
-                           [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")])
+        return _from_torch(
+            cls, layer, nn.TransformerDecoderLayer, [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")]
+        )
 
 
 def _torch_activation(layer) -> str:
@@ -345,25 +436,34 @@ def _torch_activation(layer) -> str:
 
 
 @torch.no_grad()
-
 def _from_torch(cls, layer: nn.Module, torch_cls: type, attentions: list[tuple[str, str]]):
     """A block of class ``cls`` with the configuration and a copy of the weights of the PyTorch ``layer``."""
     if not isinstance(layer, torch_cls):
         raise TypeError(f"layer must be a torch.nn.{torch_cls.__name__}, got {type(layer).__name__}")
-    block = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
-                dropout=float(layer.dropout.p), mlp=_torch_activation(layer),
-                norm_position="pre" if layer.norm_first else "post",
-                bias=layer.linear1.bias is not None, eps=layer.norm1.eps)
+    block = cls(
+        layer.linear1.in_features,
+        layer.self_attn.num_heads,
+        layer.linear1.out_features,
+        dropout=float(layer.dropout.p),
+        mlp=_torch_activation(layer),
+        norm_position="pre" if layer.norm_first else "post",
+        bias=layer.linear1.bias is not None,
+        eps=layer.norm1.eps,
+    )
     block.to(layer.linear1.weight)  # the layer's dtype and device, so that nothing is rounded
     _copy_torch(block, layer, attentions)
     return block
+
 
 def _copy_torch(block: _Block, layer: nn.Module, attentions: list[tuple[str, str]]) -> None:
     """Copy the weights of a torch encoder/decoder layer into ``block`` (same configuration)."""
     for ours, theirs in attentions:
         mha, ref = getattr(block, ours), getattr(layer, theirs)
-        for W, w, b in zip((mha.W_q, mha.W_k, mha.W_v), ref.in_proj_weight.chunk(3),
-                           (ref.in_proj_bias.chunk(3) if ref.in_proj_bias is not None else (None,) * 3)):
+        for W, w, b in zip(
+            (mha.W_q, mha.W_k, mha.W_v),
+            ref.in_proj_weight.chunk(3),
+            (ref.in_proj_bias.chunk(3) if ref.in_proj_bias is not None else (None,) * 3),
+        ):
             W.weight.copy_(w)
             if b is not None:
                 W.bias.copy_(b)
@@ -372,7 +472,6 @@ def _copy_torch(block: _Block, layer: nn.Module, attentions: list[tuple[str, str
     block.ffn.W_2.load_state_dict(layer.linear2.state_dict())
     for i, norm in enumerate(block.norms, start=1):
         norm.load_state_dict(getattr(layer, f"norm{i}").state_dict())
-
 
 
 # --- Modern tweaks: RMSNorm, SwiGLU, mixture of experts ----------------------------------------------------
@@ -455,21 +554,33 @@ class MixtureOfExperts(nn.Module):
     Chapter: modern tweaks.
     """
 
-    def __init__(self, d_model: int, d_ff: int, *, n_experts: int = 4, top_k: int = 1, expert: str = "relu",
-                 dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        n_experts: int = 4,
+        top_k: int = 1,
+        expert: str = "relu",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ):
         super().__init__()
         _checks.positive_int("d_model", d_model)
         _checks.positive_int("d_ff", d_ff)
         self.n_experts = _checks.positive_int("n_experts", n_experts)
         self.top_k = _checks.positive_int("top_k", top_k)
         if top_k > n_experts:
-            raise ValueError(f"top_k must be at most n_experts (each token picks top_k of the experts), "
-                             f"got top_k={top_k} and n_experts={n_experts}")
+            raise ValueError(
+                f"top_k must be at most n_experts (each token picks top_k of the experts), "
+                f"got top_k={top_k} and n_experts={n_experts}"
+            )
         if expert not in MLPS or expert.startswith("moe"):
             raise ValueError(f"expert must be a dense MLP kind of MLPS such as 'relu' or 'swiglu', got {expert!r}")
         self.router = nn.Linear(d_model, n_experts, bias=False)
-        self.experts = nn.ModuleList(make_mlp(expert, d_model, d_ff, dropout=dropout, bias=bias)
-                                     for _ in range(n_experts))
+        self.experts = nn.ModuleList(
+            make_mlp(expert, d_model, d_ff, dropout=dropout, bias=bias) for _ in range(n_experts)
+        )
         self.last_aux_loss: torch.Tensor | None = None
         self.last_counts: torch.Tensor | None = None
 
@@ -501,7 +612,8 @@ def register_moe(n_experts: int, top_k: int, *, expert: str = "relu") -> str:
     name = f"moe-{n_experts}x{expert}-top{top_k}"
     MixtureOfExperts(4, 4, n_experts=n_experts, top_k=top_k, expert=expert)  # validate the settings now
     MLPS[name] = lambda d_model, d_ff, *, dropout, bias: MixtureOfExperts(
-        d_model, d_ff, n_experts=n_experts, top_k=top_k, expert=expert, dropout=dropout, bias=bias)
+        d_model, d_ff, n_experts=n_experts, top_k=top_k, expert=expert, dropout=dropout, bias=bias
+    )
     return name
 
 
@@ -509,15 +621,17 @@ def moe_aux_loss(model: nn.Module) -> torch.Tensor:
     """The sum of the load-balancing losses of every :class:`MixtureOfExperts` in ``model`` (0 if none ran)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    losses = [m.last_aux_loss for m in model.modules() if isinstance(m, MixtureOfExperts)
-              and m.last_aux_loss is not None]
+    losses = [
+        m.last_aux_loss for m in model.modules() if isinstance(m, MixtureOfExperts) and m.last_aux_loss is not None
+    ]
     return torch.stack(losses).sum() if losses else torch.zeros(())
 
 
 NORMS["rmsnorm"] = lambda d_model, *, eps, bias: RMSNorm(d_model, eps=eps)
 MLPS["swiglu"] = lambda d_model, d_ff, *, dropout, bias: SwiGLU(d_model, d_ff, dropout=dropout, bias=bias)
-MLPS["moe"] = lambda d_model, d_ff, *, dropout, bias: MixtureOfExperts(d_model, d_ff, n_experts=4, top_k=1,
-                                                                       dropout=dropout, bias=bias)
+MLPS["moe"] = lambda d_model, d_ff, *, dropout, bias: MixtureOfExperts(
+    d_model, d_ff, n_experts=4, top_k=1, dropout=dropout, bias=bias
+)
 
 
 # --- Any tokens: a stack of encoder blocks and a pooled summary -------------------------------------------
@@ -544,18 +658,46 @@ class EncoderStack(nn.Module):
     Chapter: beyond text.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_layers: int, d_ff: int | None = None, *, dropout: float = 0.0,
-                 mlp: str = "gelu", norm: str = "layernorm", norm_position: str = "pre", bias: bool = True,
-                 eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int | None = None,
+        *,
+        dropout: float = 0.0,
+        mlp: str = "gelu",
+        norm: str = "layernorm",
+        norm_position: str = "pre",
+        bias: bool = True,
+        eps: float = 1e-5,
+    ):
         super().__init__()
         _checks.positive_int("n_layers", n_layers)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, dropout=dropout, mlp=mlp, norm=norm, norm_position=norm_position,
-                         bias=bias, eps=eps) for _ in range(n_layers))
+            EncoderBlock(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout=dropout,
+                mlp=mlp,
+                norm=norm,
+                norm_position=norm_position,
+                bias=bias,
+                eps=eps,
+            )
+            for _ in range(n_layers)
+        )
         self.norm_f = make_norm(norm, d_model, eps=eps, bias=bias) if norm_position == "pre" else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, score_bias: torch.Tensor | None = None,
-                return_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        score_bias: torch.Tensor | None = None,
+        return_weights: bool = False,
+    ):
         weights = []
         for block in self.blocks:
             if return_weights:
@@ -585,8 +727,9 @@ def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tens
         return x.mean(dim=1)  # (B, D)
     _checks.tensor("keep", keep, ndim=2, dtype=torch.bool)
     if tuple(keep.shape) != tuple(x.shape[:2]):
-        raise ValueError(f"keep must have shape (B, T) = {_checks.shape_str(x.shape[:2])}, "
-                         f"got {_checks.shape_str(keep.shape)}")
+        raise ValueError(
+            f"keep must have shape (B, T) = {_checks.shape_str(x.shape[:2])}, got {_checks.shape_str(keep.shape)}"
+        )
     w = keep.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
     kept = torch.where(keep.unsqueeze(-1), x, 0.0)  # (B, T, D): a NaN in a token not kept reaches nothing
     return kept.sum(dim=1) / w.sum(dim=1).clamp(min=1.0)  # (B, D)

@@ -16,20 +16,28 @@ were learned.
 
 Chapter: from text to tokens, and pretraining (13).
 """
+
 from __future__ import annotations
 
 import heapq
 import json
 import os
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from . import _checks
 
-__all__ = ["GPT2_PATTERN", "bytes_to_unicode", "pretokenize", "word_counts", "merge_pair", "learn_merges",
-           "BPETokenizer"]
+__all__ = [
+    "GPT2_PATTERN",
+    "bytes_to_unicode",
+    "pretokenize",
+    "word_counts",
+    "merge_pair",
+    "learn_merges",
+    "BPETokenizer",
+]
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 """GPT-2's pre-tokenizer: English clitics, letters, digits, other symbols (each with an optional leading
@@ -44,8 +52,9 @@ def bytes_to_unicode() -> dict[int, str]:
     (control characters, the space, ...) get the characters from U+0100 on, in order: the space (byte 32)
     is ``Ġ`` (U+0120) and the newline (byte 10) ``Ċ`` (U+010A).
     """
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -84,7 +93,9 @@ def pretokenize(text: str) -> list[str]:
     ['Hello', 'Ġworld', '!', 'Ċ']
     """
     table = bytes_to_unicode()
-    return ["".join(table[b] for b in piece.encode("utf-8")) for piece in _pattern().findall(_checks.text("text", text))]
+    return [
+        "".join(table[b] for b in piece.encode("utf-8")) for piece in _pattern().findall(_checks.text("text", text))
+    ]
 
 
 def word_counts(texts: str | Iterable[str]) -> Counter:
@@ -123,8 +134,9 @@ def _merge_pair(word: Sequence[int], a: int, b: int, new: int) -> list[int]:
     return out
 
 
-def learn_merges(counts: dict[str, int], vocab: list[str], vocab_size: int, *, min_frequency: int = 0
-                 ) -> tuple[list[tuple[str, str]], list[str]]:
+def learn_merges(
+    counts: dict[str, int], vocab: list[str], vocab_size: int, *, min_frequency: int = 0
+) -> tuple[list[tuple[str, str]], list[str]]:
     """Learn BPE merges from pre-token counts until the vocabulary has ``vocab_size`` tokens.
 
     ``vocab`` is the starting vocabulary (special tokens, then the alphabet); each word of ``counts`` is
@@ -143,11 +155,14 @@ def learn_merges(counts: dict[str, int], vocab: list[str], vocab_size: int, *, m
     vocab = _checks.texts("vocab", vocab, what="a list of str (the starting tokens)")
     token_id = {t: i for i, t in enumerate(vocab)}
     if len(token_id) != len(vocab):
-        raise ValueError(f"vocab must not contain a token twice, got {sorted(t for t in token_id if vocab.count(t) > 1)[:5]} "
-                         f"more than once")
+        raise ValueError(
+            f"vocab must not contain a token twice, got {sorted(t for t in token_id if vocab.count(t) > 1)[:5]} "
+            f"more than once"
+        )
     if _checks.positive_int("vocab_size", vocab_size) < len(vocab):
-        raise ValueError(f"vocab_size must be an integer >= the starting vocabulary ({len(vocab)} tokens), "
-                         f"got {vocab_size!r}")
+        raise ValueError(
+            f"vocab_size must be an integer >= the starting vocabulary ({len(vocab)} tokens), got {vocab_size!r}"
+        )
     min_frequency = _checks.positive_int("min_frequency", min_frequency, minimum=0)
     if not isinstance(counts, Mapping):
         raise TypeError(f"counts must be a mapping {{word: count}} (see word_counts), got {type(counts).__name__}")
@@ -157,8 +172,9 @@ def learn_merges(counts: dict[str, int], vocab: list[str], vocab_size: int, *, m
         _checks.positive_int(f"counts[{word!r}]", count, minimum=0)
         missing = [c for c in word if c not in token_id]
         if missing:
-            raise ValueError(f"vocab must hold every character of counts: the word {word!r} has characters outside "
-                             f"it, {missing[:5]}")
+            raise ValueError(
+                f"vocab must hold every character of counts: the word {word!r} has characters outside it, {missing[:5]}"
+            )
         words.append([token_id[c] for c in word])
         freqs.append(int(count))
     pair_count: dict[tuple[int, int], int] = defaultdict(int)
@@ -252,8 +268,9 @@ class BPETokenizer:
         self._cache: dict[str, list[int]] = {}
 
     @classmethod
-    def train(cls, text: str | Iterable[str], vocab_size: int, *, specials: Sequence[str] = (),
-              min_frequency: int = 0) -> "BPETokenizer":
+    def train(
+        cls, text: str | Iterable[str], vocab_size: int, *, specials: Sequence[str] = (), min_frequency: int = 0
+    ) -> BPETokenizer:
         """Learn merges from ``text`` (or several texts) until there are ``vocab_size`` tokens, specials included."""
         empty = cls([], specials)
         counts = word_counts(_check_texts("text", text))
@@ -268,8 +285,10 @@ class BPETokenizer:
         return self.vocab_size
 
     def __repr__(self) -> str:
-        return (f"BPETokenizer({self.vocab_size} tokens: {len(self.specials)} special, 256 bytes, "
-                f"{len(self.merges)} merges)")
+        return (
+            f"BPETokenizer({self.vocab_size} tokens: {len(self.specials)} special, 256 bytes, "
+            f"{len(self.merges)} merges)"
+        )
 
     def _encode_word(self, word: str) -> list[int]:
         """The ids of one pre-token: apply the learned merges, earliest learned first."""
@@ -307,8 +326,9 @@ class BPETokenizer:
 
     def decode(self, ids: Iterable[int], *, skip_specials: bool = False) -> str:
         """The text of a sequence of ids (a list or a 1-D tensor); special tokens appear as themselves."""
-        ids = _checks.token_ids("ids", _checks.as_integers("ids", ids, what="a list or 1-D tensor of token ids"),
-                                self.vocab_size)
+        ids = _checks.token_ids(
+            "ids", _checks.as_integers("ids", ids, what="a list or 1-D tensor of token ids"), self.vocab_size
+        )
         if ids.dim() != 1:
             raise ValueError(f"ids must be 1-D, got shape {_checks.shape_str(ids.shape)}")
         to_byte = _unicode_to_bytes()
@@ -328,8 +348,12 @@ class BPETokenizer:
     # --- saving, loading, and the Hugging Face twin ------------------------------------------------------
 
     def to_dict(self) -> dict:
-        return {"kind": "byte-level BPE", "pattern": GPT2_PATTERN, "specials": self.specials,
-                "merges": [list(m) for m in self.merges]}
+        return {
+            "kind": "byte-level BPE",
+            "pattern": GPT2_PATTERN,
+            "specials": self.specials,
+            "merges": [list(m) for m in self.merges],
+        }
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the tokenizer as JSON (specials and merges: the vocabulary follows from them)."""
@@ -338,7 +362,7 @@ class BPETokenizer:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "BPETokenizer":
+    def load(cls, path: str | os.PathLike) -> BPETokenizer:
         """Read a tokenizer written by :meth:`save`."""
         path = _checks.file("path", path)
         try:
@@ -372,13 +396,20 @@ def train_hf(text: str | Iterable[str], vocab_size: int, *, specials: Sequence[s
     text = _check_texts("text", text)
     specials = _checks.texts("specials", specials, what="a list of str (the special tokens)")
     if _checks.positive_int("vocab_size", vocab_size) < 256 + len(specials):
-        raise ValueError(f"vocab_size must be at least the 256 bytes and {len(specials)} special tokens, got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must be at least the 256 bytes and {len(specials)} special tokens, got {vocab_size}"
+        )
     min_frequency = _checks.positive_int("min_frequency", min_frequency, minimum=0)
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(specials),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     hf.train_from_iterator(text, trainer=trainer)
     return hf
 

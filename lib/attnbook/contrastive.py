@@ -13,6 +13,7 @@ embeddings of the class names.
 
 Chapter: beyond text (15).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,10 @@ def _pair(image_embeddings, text_embeddings, scale):
     _checks.tensor("image_embeddings", image_embeddings, min_ndim=2, floating=True)
     _checks.tensor("text_embeddings", text_embeddings, min_ndim=2, floating=True)
     if image_embeddings.shape[-1] != text_embeddings.shape[-1]:
-        raise ValueError(f"image_embeddings and text_embeddings must have the same width (one shared space), got "
-                         f"{_checks.shape_str(image_embeddings.shape)} and {_checks.shape_str(text_embeddings.shape)}")
+        raise ValueError(
+            f"image_embeddings and text_embeddings must have the same width (one shared space), got "
+            f"{_checks.shape_str(image_embeddings.shape)} and {_checks.shape_str(text_embeddings.shape)}"
+        )
     named = (("image_embeddings", image_embeddings), ("text_embeddings", text_embeddings))
     _checks.same_dtype(*named)
     _checks.broadcast(*((name, x[..., :1, :1]) for name, x in named), what="leading dimensions (...)")
@@ -70,12 +73,16 @@ def clip_loss(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, sca
     """
     _pair(image_embeddings, text_embeddings, scale)
     if image_embeddings.shape[:-1] != text_embeddings.shape[:-1]:
-        raise ValueError(f"clip_loss needs B matching pairs: as many images as texts, got image_embeddings "
-                         f"{_checks.shape_str(image_embeddings.shape)} and text_embeddings "
-                         f"{_checks.shape_str(text_embeddings.shape)}")
+        raise ValueError(
+            f"clip_loss needs B matching pairs: as many images as texts, got image_embeddings "
+            f"{_checks.shape_str(image_embeddings.shape)} and text_embeddings "
+            f"{_checks.shape_str(text_embeddings.shape)}"
+        )
     if image_embeddings.shape[-2] == 0:
-        raise ValueError(f"image_embeddings and text_embeddings hold no pair (B = 0): shape "
-                         f"{_checks.shape_str(image_embeddings.shape)}")
+        raise ValueError(
+            f"image_embeddings and text_embeddings hold no pair (B = 0): shape "
+            f"{_checks.shape_str(image_embeddings.shape)}"
+        )
     logits = clip_logits(image_embeddings, text_embeddings, scale)  # (..., B, B)
     B = logits.shape[-1]
     logits = logits.reshape(-1, B, B)  # (G, B, B): G groups
@@ -102,13 +109,17 @@ def retrieval_accuracy(similarity: torch.Tensor, targets: torch.Tensor, *, k: in
     _checks.token_ids("targets", targets, similarity.shape[1], ndim=1, what="candidate indices (columns of similarity)")
     k = _checks.positive_int("k", k)
     if targets.shape[0] != similarity.shape[0]:
-        raise ValueError(f"targets must have one entry per query (row of similarity), got {targets.shape[0]} "
-                         f"for similarity {_checks.shape_str(similarity.shape)}")
+        raise ValueError(
+            f"targets must have one entry per query (row of similarity), got {targets.shape[0]} "
+            f"for similarity {_checks.shape_str(similarity.shape)}"
+        )
     if similarity.shape[0] == 0:
         raise ValueError(f"similarity has no query (row): shape {_checks.shape_str(similarity.shape)}")
     if not torch.isfinite(similarity).all():
-        raise ValueError("similarity must be finite (a NaN or infinity has no rank), got a non-finite entry at "
-                         f"{tuple((~torch.isfinite(similarity)).nonzero()[0].tolist())}")
+        raise ValueError(
+            "similarity must be finite (a NaN or infinity has no rank), got a non-finite entry at "
+            f"{tuple((~torch.isfinite(similarity)).nonzero()[0].tolist())}"
+        )
     own = similarity.gather(1, targets[:, None].to(similarity.device))  # (Q, 1): each query's right answer
     rank = (similarity > own).sum(dim=-1)  # (Q,): candidates strictly more similar
     return int((rank < k).sum()) / similarity.shape[0]
@@ -129,12 +140,21 @@ class DualEncoder(nn.Module):
     Chapter: beyond text.
     """
 
-    def __init__(self, image_encoder: nn.Module, text_encoder: nn.Module, d_image: int, d_text: int,
-                 d_embed: int, *, temperature: float = 0.07):
+    def __init__(
+        self,
+        image_encoder: nn.Module,
+        text_encoder: nn.Module,
+        d_image: int,
+        d_text: int,
+        d_embed: int,
+        *,
+        temperature: float = 0.07,
+    ):
         super().__init__()
         self.image_encoder, self.text_encoder = image_encoder, text_encoder
-        self.image_projection = nn.Linear(_checks.positive_int("d_image", d_image),
-                                          _checks.positive_int("d_embed", d_embed), bias=False)
+        self.image_projection = nn.Linear(
+            _checks.positive_int("d_image", d_image), _checks.positive_int("d_embed", d_embed), bias=False
+        )
         self.text_projection = nn.Linear(_checks.positive_int("d_text", d_text), d_embed, bias=False)
         t = _checks.positive_float("temperature", temperature)
         self.log_scale = nn.Parameter(torch.tensor(math.log(1 / t)))
@@ -144,23 +164,38 @@ class DualEncoder(nn.Module):
         return self.log_scale.clamp(max=math.log(100.0)).exp()
 
     def encode_images(self, images) -> torch.Tensor:
-        features = _checks.features("image_encoder(images)", self.image_encoder(images), self.image_projection.in_features,
-                                    module=self.image_projection, width_name="d_image", ndim=2)  # (B, d_image)
+        features = _checks.features(
+            "image_encoder(images)",
+            self.image_encoder(images),
+            self.image_projection.in_features,
+            module=self.image_projection,
+            width_name="d_image",
+            ndim=2,
+        )  # (B, d_image)
         return self.image_projection(features)  # (B, E)
 
     def encode_texts(self, *text_inputs) -> torch.Tensor:
-        features = _checks.features("text_encoder(*text_inputs)", self.text_encoder(*text_inputs),
-                                    self.text_projection.in_features, module=self.text_projection, width_name="d_text",
-                                    ndim=2)  # (B, d_text)
+        features = _checks.features(
+            "text_encoder(*text_inputs)",
+            self.text_encoder(*text_inputs),
+            self.text_projection.in_features,
+            module=self.text_projection,
+            width_name="d_text",
+            ndim=2,
+        )  # (B, d_text)
         return self.text_projection(features)  # (B, E)
 
     def forward(self, images, *text_inputs, groups: int = 1) -> torch.Tensor:
         groups = _checks.positive_int("groups", groups)
         a, b = self.encode_images(images), self.encode_texts(*text_inputs)  # (B, E), (B, E)
         if a.shape[0] != b.shape[0]:
-            raise ValueError(f"images and text_inputs must hold as many examples: image_encoder(images) gave "
-                             f"{a.shape[0]}, text_encoder(*text_inputs) gave {b.shape[0]}")
+            raise ValueError(
+                f"images and text_inputs must hold as many examples: image_encoder(images) gave "
+                f"{a.shape[0]}, text_encoder(*text_inputs) gave {b.shape[0]}"
+            )
         if a.shape[0] == 0 or a.shape[0] % groups:
-            raise ValueError(f"the batch of {a.shape[0]} pairs (images and text_inputs) cannot be cut into "
-                             f"groups={groups} equal groups")
+            raise ValueError(
+                f"the batch of {a.shape[0]} pairs (images and text_inputs) cannot be cut into "
+                f"groups={groups} equal groups"
+            )
         return clip_loss(a.view(groups, -1, a.shape[-1]), b.view(groups, -1, b.shape[-1]), self.scale)

@@ -12,6 +12,7 @@ Every file is checked against its sha256 before it is returned.
 
 Chapter: every chapter that trains on real text (03, 12).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,9 +23,9 @@ import tempfile
 import urllib.request
 import warnings
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from . import _checks
 
@@ -75,8 +76,10 @@ DATASETS: dict[str, Dataset] = {
             url="https://www.manythings.org/anki/fra-eng.zip",
             sha256="d952b56a181da5270b7bb4ded3f3bbe61e67a9b1de0e0fbc1d46438c71fb55a7",
             size=562_864,
-            source=("English-French sentence pairs from the Tatoeba Project (tatoeba.org), as packaged by "
-                    "manythings.org/anki; licensed CC-BY 2.0 (France). Each line carries its attribution."),
+            source=(
+                "English-French sentence pairs from the Tatoeba Project (tatoeba.org), as packaged by "
+                "manythings.org/anki; licensed CC-BY 2.0 (France). Each line carries its attribution."
+            ),
             extract=_first_lines_of_zip_member("fra.txt", 5000),
         ),
     ]
@@ -123,8 +126,10 @@ def fetch(name: str, *, download: bool = True, timeout: float = 30.0) -> Path:
         if candidate.is_file():
             digest = sha256_of(candidate)
             if digest != spec.sha256:
-                raise ValueError(f"{candidate} (from ATTNBOOK_DATA) has sha256 {digest}, expected {spec.sha256}: "
-                                 "the file is not the one the book uses")
+                raise ValueError(
+                    f"{candidate} (from ATTNBOOK_DATA) has sha256 {digest}, expected {spec.sha256}: "
+                    "the file is not the one the book uses"
+                )
             return candidate
 
     packaged = packaged_dir() / spec.path
@@ -132,31 +137,42 @@ def fetch(name: str, *, download: bool = True, timeout: float = 30.0) -> Path:
         digest = sha256_of(packaged)
         if digest == spec.sha256:
             return packaged
-        warnings.warn(f"the packaged copy {packaged} has sha256 {digest}, expected {spec.sha256}; it is not used "
-                      "(reinstall attnbook to repair it)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"the packaged copy {packaged} has sha256 {digest}, expected {spec.sha256}; it is not used "
+            "(reinstall attnbook to repair it)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     cached = cache_dir() / spec.path
     if cached.is_file() and sha256_of(cached) == spec.sha256:
         return cached
 
-    how_to = (f"To use an offline copy, put the file at <folder>/{spec.path} and set the environment "
-              f"variable ATTNBOOK_DATA=<folder>, or download {spec.url} yourself"
-              + (" and keep its described part" if spec.extract else "")
-              + f" as {cached}.")
+    how_to = (
+        f"To use an offline copy, put the file at <folder>/{spec.path} and set the environment "
+        f"variable ATTNBOOK_DATA=<folder>, or download {spec.url} yourself"
+        + (" and keep its described part" if spec.extract else "")
+        + f" as {cached}."
+    )
     if not download:
-        raise DataNotAvailableError(f"dataset {name!r} ({spec.path}) is not available offline: it is neither in "
-                                    f"the package's data folder ({packaged_dir()}) nor in the cache. {how_to}")
+        raise DataNotAvailableError(
+            f"dataset {name!r} ({spec.path}) is not available offline: it is neither in "
+            f"the package's data folder ({packaged_dir()}) nor in the cache. {how_to}"
+        )
     try:
         payload = _download(spec.url, timeout)
     except OSError as error:  # URLError, timeouts, refused connections
         raise DataNotAvailableError(
             f"dataset {name!r} ({spec.path}) is not available offline and the download from {spec.url} "
-            f"failed ({error}). {how_to}") from None
+            f"failed ({error}). {how_to}"
+        ) from None
     content = spec.extract(payload) if spec.extract else payload
     digest = hashlib.sha256(content).hexdigest()
     if digest != spec.sha256:
-        raise ValueError(f"the download of {name!r} from {spec.url} has sha256 {digest}, expected "
-                         f"{spec.sha256}; it was not saved. {how_to}")
+        raise ValueError(
+            f"the download of {name!r} from {spec.url} has sha256 {digest}, expected "
+            f"{spec.sha256}; it was not saved. {how_to}"
+        )
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=cached.parent, delete=False) as handle:
         handle.write(content)
@@ -170,11 +186,24 @@ def fetch(name: str, *, download: bool = True, timeout: float = 30.0) -> Path:
 import random  # noqa: E402
 import re  # noqa: E402
 import unicodedata  # noqa: E402
+from collections.abc import Iterable, Sequence  # noqa: E402
 from datetime import date, timedelta  # noqa: E402
-from typing import Iterable, Sequence  # noqa: E402
 
-__all__ += ["PAD", "UNK", "BOS", "EOS", "normalize_text", "tokenize", "detokenize", "Vocab", "SentencePair",
-            "load_eng_fra", "split_by_source", "digit_pairs", "date_pairs"]
+__all__ += [
+    "PAD",
+    "UNK",
+    "BOS",
+    "EOS",
+    "normalize_text",
+    "tokenize",
+    "detokenize",
+    "Vocab",
+    "SentencePair",
+    "load_eng_fra",
+    "split_by_source",
+    "digit_pairs",
+    "date_pairs",
+]
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 
@@ -244,7 +273,7 @@ class Vocab:
         self.stoi: dict[str, int] = {token: i for i, token in enumerate(self.itos)}
 
     @classmethod
-    def build(cls, sequences: Iterable[Sequence[str]], *, min_freq: int = 1) -> "Vocab":
+    def build(cls, sequences: Iterable[Sequence[str]], *, min_freq: int = 1) -> Vocab:
         """The tokens seen at least ``min_freq`` times, most frequent first (ties in alphabetical order)."""
         from collections import Counter
 
@@ -252,8 +281,10 @@ class Vocab:
             raise ValueError(f"min_freq must be an integer >= 1, got {min_freq!r}")
         if isinstance(sequences, str):
             raise TypeError("sequences must be a list of token lists, got a str: tokenize it first")
-        sequences = [_checks.texts(f"sequences[{i}]", s, what="a list of tokens (str): tokenize it first")
-                     for i, s in enumerate(sequences)]
+        sequences = [
+            _checks.texts(f"sequences[{i}]", s, what="a list of tokens (str): tokenize it first")
+            for i, s in enumerate(sequences)
+        ]
         counts = Counter(token for sequence in sequences for token in sequence)
         kept = sorted((t for t, n in counts.items() if n >= min_freq), key=lambda t: (-counts[t], t))
         return cls(kept)
@@ -306,8 +337,9 @@ def load_eng_fra(path: str | os.PathLike | None = None) -> list[SentencePair]:
             continue
         fields = line.split("\t")
         if len(fields) < 2:
-            raise ValueError(f"path {str(path)!r}, line {number}: expected English<TAB>French[<TAB>attribution], "
-                             f"got {line!r}")
+            raise ValueError(
+                f"path {str(path)!r}, line {number}: expected English<TAB>French[<TAB>attribution], got {line!r}"
+            )
         pairs.append(SentencePair(fields[0], fields[1], fields[2] if len(fields) > 2 else ""))
     return pairs
 
@@ -321,9 +353,12 @@ def split_by_source(pairs: Sequence, test_fraction: float = 0.1, *, seed: int = 
     _checks.fraction("test_fraction", test_fraction)
     _checks.positive_int("seed", seed, minimum=0)
     for i, pair in enumerate(pairs):
-        if not isinstance(pair, SentencePair) and not (isinstance(pair, (tuple, list)) and len(pair) >= 2
-                                                      and isinstance(pair[0], str)):
-            raise TypeError(f"pairs must be SentencePairs or (source, target) pairs of str, got pairs[{i}] = {pair!r:.60}")
+        if not isinstance(pair, SentencePair) and not (
+            isinstance(pair, (tuple, list)) and len(pair) >= 2 and isinstance(pair[0], str)
+        ):
+            raise TypeError(
+                f"pairs must be SentencePairs or (source, target) pairs of str, got pairs[{i}] = {pair!r:.60}"
+            )
 
     def source_of(pair):
         return normalize_text(pair.source if isinstance(pair, SentencePair) else pair[0]).lower()
@@ -365,8 +400,20 @@ def digit_pairs(n: int, min_len: int, max_len: int, *, task: str = "reverse", se
     return out
 
 
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December"]
+_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 _DATE_FORMATS = {
     "long": lambda d: f"{_MONTHS[d.month - 1]} {d.day}, {d.year}",  # August 3, 1992
     "day_first": lambda d: f"{d.day} {_MONTHS[d.month - 1]} {d.year}",  # 3 August 1992
@@ -374,8 +421,13 @@ _DATE_FORMATS = {
 }
 
 
-def date_pairs(n: int, *, formats: Sequence[str] = ("long", "day_first", "numeric"), years: tuple[int, int] = (1900, 2099),
-               seed: int = 0) -> list[tuple[str, str]]:
+def date_pairs(
+    n: int,
+    *,
+    formats: Sequence[str] = ("long", "day_first", "numeric"),
+    years: tuple[int, int] = (1900, 2099),
+    seed: int = 0,
+) -> list[tuple[str, str]]:
     """``n`` random dates written for people, and the same dates in ISO form: a task that reorders its input.
 
     Formats: "long" ("August 3, 1992"), "day_first" ("3 August 1992"), "numeric" ("03.08.1992"); the
@@ -430,7 +482,7 @@ class CharTokenizer:
         self.stoi: dict[str, int] = {c: i for i, c in enumerate(self.chars)}
 
     @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
+    def from_text(cls, text: str) -> CharTokenizer:
         return cls(_checks.text("text", text, nonempty=True))
 
     @property
@@ -449,8 +501,10 @@ class CharTokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         unknown = sorted({c for c in text if c not in self.stoi})
         if unknown:
-            raise ValueError(f"text has {len(unknown)} character(s) outside the vocabulary: "
-                             f"{', '.join(repr(c) for c in unknown[:20])}; the vocabulary is {self.chars!r}")
+            raise ValueError(
+                f"text has {len(unknown)} character(s) outside the vocabulary: "
+                f"{', '.join(repr(c) for c in unknown[:20])}; the vocabulary is {self.chars!r}"
+            )
         return torch.tensor([self.stoi[c] for c in text], dtype=torch.long)
 
     def decode(self, ids) -> str:
@@ -488,8 +542,9 @@ def load_shakespeare(*, val_fraction: float = 0.1, download: bool = True) -> Tex
     return TextSplits(tokenizer, ids[:n_train], ids[n_train:])
 
 
-def lm_batch(ids: torch.Tensor, batch_size: int, block_size: int, *, generator: torch.Generator | None = None,
-             device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def lm_batch(
+    ids: torch.Tensor, batch_size: int, block_size: int, *, generator: torch.Generator | None = None, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of random windows of a token sequence and the same windows shifted by one (the targets).
 
     Shapes:
@@ -502,8 +557,9 @@ def lm_batch(ids: torch.Tensor, batch_size: int, block_size: int, *, generator: 
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if ids.numel() <= block_size:
-        raise ValueError(f"ids has {ids.numel()} tokens; a window of block_size={block_size} needs at least "
-                         f"{block_size + 1}")
+        raise ValueError(
+            f"ids has {ids.numel()} tokens; a window of block_size={block_size} needs at least {block_size + 1}"
+        )
     starts = torch.randint(ids.numel() - block_size, (batch_size,), generator=generator)  # (B,)
     offsets = torch.arange(block_size + 1)  # (T + 1,)
     windows = ids[starts[:, None] + offsets]  # (B, T + 1)
@@ -522,8 +578,9 @@ ADDING_BASELINE_MSE = 1.0 / 6.0
 """Test MSE of always predicting the mean target 1: the variance of the sum of two U(0, 1) values, 2/12."""
 
 
-def adding_problem(n: int, length: int, *, generator: torch.Generator | None = None,
-                   device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def adding_problem(
+    n: int, length: int, *, generator: torch.Generator | None = None, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` sequences of (value, marker) pairs and their targets, the sum of the two marked values.
 
     Values are uniform in [0, 1). Exactly two positions are marked with 1 (all others 0): one uniformly
@@ -592,11 +649,17 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> ImageSplits:
     digits = sklearn_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
     labels = torch.tensor(digits.target, dtype=torch.long)  # (N,)
-    train_idx, test_idx = train_test_split(range(len(labels)), test_size=test_fraction, stratify=digits.target,
-                                           random_state=seed)
+    train_idx, test_idx = train_test_split(
+        range(len(labels)), test_size=test_fraction, stratify=digits.target, random_state=seed
+    )
     train_idx, test_idx = torch.tensor(train_idx), torch.tensor(test_idx)
-    return ImageSplits(images[train_idx], labels[train_idx], images[test_idx], labels[test_idx],
-                       tuple(str(c) for c in digits.target_names))
+    return ImageSplits(
+        images[train_idx],
+        labels[train_idx],
+        images[test_idx],
+        labels[test_idx],
+        tuple(str(c) for c in digits.target_names),
+    )
 
 
 def balanced_subset(labels: torch.Tensor, n: int, *, seed: int = 0) -> torch.Tensor:
@@ -612,9 +675,14 @@ def balanced_subset(labels: torch.Tensor, n: int, *, seed: int = 0) -> torch.Ten
     Chapter: vision transformers (training-set size experiment).
     """
     if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.is_floating_point():
-        raise ValueError("labels must be a 1-D tensor of integer class labels"
-                         + (f", got shape {tuple(labels.shape)} and dtype {labels.dtype}"
-                            if isinstance(labels, torch.Tensor) else f", got {type(labels).__name__}"))
+        raise ValueError(
+            "labels must be a 1-D tensor of integer class labels"
+            + (
+                f", got shape {tuple(labels.shape)} and dtype {labels.dtype}"
+                if isinstance(labels, torch.Tensor)
+                else f", got {type(labels).__name__}"
+            )
+        )
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= labels.numel():
         raise ValueError(f"n must be an integer from 1 to {labels.numel()} (the number of labels), got {n!r}")
     g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))

@@ -20,6 +20,7 @@ Shapes:
 
 Chapter: the lab (12: the model in the page); multi-head attention (07: the three-jobs model).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,20 @@ from . import _checks
 from .measure import format_bytes
 from .models import GPT, TransformerConfig
 
-__all__ = ["FORMAT", "MIME_TYPE", "Exported", "Prompt", "export_dir", "to_onnx", "tagger_to_onnx", "load_meta", "load_torch",
-           "onnx_session", "run_onnx", "prompt_ids"]
+__all__ = [
+    "FORMAT",
+    "MIME_TYPE",
+    "Exported",
+    "Prompt",
+    "export_dir",
+    "to_onnx",
+    "tagger_to_onnx",
+    "load_meta",
+    "load_torch",
+    "onnx_session",
+    "run_onnx",
+    "prompt_ids",
+]
 
 FORMAT = "attnbook.inpage/1"
 MIME_TYPE = "application/vnd.attnbook.inpage+json"  # the HTML book renders this output as the widget
@@ -82,11 +95,14 @@ class Exported:
     def _repr_mimebundle_(self, include=None, exclude=None):
         size = format_bytes(self.onnx_path.stat().st_size)
         files = ", ".join(p.name for p in (self.meta_path, self.weights_path) if p is not None)
-        text = (f"Exported {self.meta['name']}: {self.onnx_path} ({size}) and {files}. "
-                "The HTML book runs this model in the page.")
-        return {"text/plain": text,
-                MIME_TYPE: {key: self.meta[key] for key in ("format", "name", "kind", "title", "onnx", "sha256",
-                                                           "prompt")}}
+        text = (
+            f"Exported {self.meta['name']}: {self.onnx_path} ({size}) and {files}. "
+            "The HTML book runs this model in the page."
+        )
+        return {
+            "text/plain": text,
+            MIME_TYPE: {key: self.meta[key] for key in ("format", "name", "kind", "title", "onnx", "sha256", "prompt")},
+        }
 
 
 def _sha256(path: Path) -> str:
@@ -112,8 +128,9 @@ def _check_common(name, vocab, n_vocab, title, prompt, start, opset) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"name must be lower-case letters, digits, '_' or '-' (a file name), got {name!r}")
     if not isinstance(vocab, str) or len(vocab) != n_vocab or len(set(vocab)) != len(vocab):
-        raise ValueError(f"vocab must be a string of the model's {n_vocab} distinct characters in id order, "
-                         f"got {vocab!r:.80}")
+        raise ValueError(
+            f"vocab must be a string of the model's {n_vocab} distinct characters in id order, got {vocab!r:.80}"
+        )
     if not isinstance(title, str) or not isinstance(prompt, str):
         raise TypeError(f"title and prompt must be str, got {type(title).__name__} and {type(prompt).__name__}")
     if not isinstance(start, str) or not start or any(c not in vocab for c in start):
@@ -121,8 +138,9 @@ def _check_common(name, vocab, n_vocab, title, prompt, start, opset) -> None:
     _checks.positive_int("opset", opset)
 
 
-def _export(wrapper: nn.Module, folder, name: str, *, max_len: int, output_names: list[str], opset: int,
-            meta: dict) -> tuple[Path, Path, dict]:
+def _export(
+    wrapper: nn.Module, folder, name: str, *, max_len: int, output_names: list[str], opset: int, meta: dict
+) -> tuple[Path, Path, dict]:
     """Export ``wrapper`` (ids (1, T) -> tensors) with a dynamic 1 <= T <= max_len; write NAME.onnx and NAME.json."""
     folder = export_dir() if folder is None else Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -130,19 +148,47 @@ def _export(wrapper: nn.Module, folder, name: str, *, max_len: int, output_names
     example = (torch.zeros(1, min(max_len, 8), dtype=torch.long),)  # (1, T)
     dynamic = ({1: torch.export.Dim("T", min=1, max=max_len)},) if max_len > 1 else None
     with _quiet_exporter(), torch.no_grad():
-        torch.onnx.export(wrapper.eval(), example, str(onnx_path), dynamo=True, input_names=["ids"],
-                          output_names=output_names, dynamic_shapes=dynamic, opset_version=opset,
-                          verbose=False, report=False, external_data=False)
-    meta = {"format": FORMAT, "name": name, "onnx": onnx_path.name, "sha256": _sha256(onnx_path),
-            "bytes": onnx_path.stat().st_size, **meta}
+        torch.onnx.export(
+            wrapper.eval(),
+            example,
+            str(onnx_path),
+            dynamo=True,
+            input_names=["ids"],
+            output_names=output_names,
+            dynamic_shapes=dynamic,
+            opset_version=opset,
+            verbose=False,
+            report=False,
+            external_data=False,
+        )
+    meta = {
+        "format": FORMAT,
+        "name": name,
+        "onnx": onnx_path.name,
+        "sha256": _sha256(onnx_path),
+        "bytes": onnx_path.stat().st_size,
+        **meta,
+    }
     meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return onnx_path, meta_path, meta
 
 
-def to_onnx(model: GPT, name: str, *, vocab: str, title: str = "", prompt: str = "", start: str = "\n",
-            temperature: float = 0.8, top_k: int | None = None, max_new_tokens: int = 200,
-            directory: str | Path | None = None, opset: int = 18) -> Exported:
-    """Export a language model ``model`` to ``NAME.onnx`` with its attention weights, plus ``NAME.json`` and ``NAME.pt``.
+def to_onnx(
+    model: GPT,
+    name: str,
+    *,
+    vocab: str,
+    title: str = "",
+    prompt: str = "",
+    start: str = "\n",
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    max_new_tokens: int = 200,
+    directory: str | Path | None = None,
+    opset: int = 18,
+) -> Exported:
+    """Export a language model ``model`` to ``NAME.onnx`` with its attention weights, plus ``NAME.json`` and
+    ``NAME.pt``.
 
     ``vocab`` is the string of the model's characters in id order (``CharTokenizer.chars``); ``title``
     and ``prompt`` are the page's name for the model and the text its box starts with; ``start`` is the
@@ -164,24 +210,31 @@ def to_onnx(model: GPT, name: str, *, vocab: str, title: str = "", prompt: str =
     _checks.positive_int("max_new_tokens", max_new_tokens)
 
     cpu_model = copy.deepcopy(model).to("cpu", torch.float32).eval()
-    onnx_path, meta_path, meta = _export(_LogitsAndWeights(cpu_model), directory, name, max_len=config.block_size,
-                                         output_names=["logits", "weights"], opset=opset, meta={
-        "kind": "lm",  # next-token probabilities, sampling, causal attention
-        "title": title or name,
-        "vocab": vocab,
-        "block_size": config.block_size,
-        "n_layers": config.n_layers,
-        "n_heads": config.n_heads,
-        "causal": True,
-        "start": start,
-        "prompt": prompt,
-        "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
-        "outputs": {"logits": "float32 (1, T, V)", "weights": "float32 (1, n_layers, n_heads, T, T)"},
-        # the meaning of attnbook.models.GPT.generate: logits / temperature (0: the most likely token), then
-        # only the top_k largest logits (null: all), softmax, draw one
-        "sampling": {"temperature": temperature, "top_k": top_k, "max_new_tokens": max_new_tokens},
-        "config": config.to_dict(),
-    })
+    onnx_path, meta_path, meta = _export(
+        _LogitsAndWeights(cpu_model),
+        directory,
+        name,
+        max_len=config.block_size,
+        output_names=["logits", "weights"],
+        opset=opset,
+        meta={
+            "kind": "lm",  # next-token probabilities, sampling, causal attention
+            "title": title or name,
+            "vocab": vocab,
+            "block_size": config.block_size,
+            "n_layers": config.n_layers,
+            "n_heads": config.n_heads,
+            "causal": True,
+            "start": start,
+            "prompt": prompt,
+            "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
+            "outputs": {"logits": "float32 (1, T, V)", "weights": "float32 (1, n_layers, n_heads, T, T)"},
+            # the meaning of attnbook.models.GPT.generate: logits / temperature (0: the most likely token), then
+            # only the top_k largest logits (null: all), softmax, draw one
+            "sampling": {"temperature": temperature, "top_k": top_k, "max_new_tokens": max_new_tokens},
+            "config": config.to_dict(),
+        },
+    )
     weights_path = meta_path.with_suffix(".pt")
     torch.save(cpu_model.state_dict(), weights_path)
     return Exported(onnx_path, meta_path, weights_path, meta)
@@ -199,9 +252,19 @@ class _JobsAndWeights(nn.Module):
         return (*(logits[job] for job in self.jobs), weights.unsqueeze(1))  # ..., (1, 1, H, T, T)
 
 
-def tagger_to_onnx(model: nn.Module, name: str, *, vocab: str, jobs: dict[str, str], max_len: int,
-                   title: str = "", prompt: str = "", start: str | None = None,
-                   directory: str | Path | None = None, opset: int = 18) -> Exported:
+def tagger_to_onnx(
+    model: nn.Module,
+    name: str,
+    *,
+    vocab: str,
+    jobs: dict[str, str],
+    max_len: int,
+    title: str = "",
+    prompt: str = "",
+    start: str | None = None,
+    directory: str | Path | None = None,
+    opset: int = 18,
+) -> Exported:
     """Export a model that labels every position for several jobs, with one attention layer's weights.
 
     ``model(ids)`` must return ``({job: logits (1, T, C_job)}, weights (1, H, T, T))`` (as chapter 07's
@@ -215,8 +278,11 @@ def tagger_to_onnx(model: nn.Module, name: str, *, vocab: str, jobs: dict[str, s
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(jobs, dict) or not jobs or not all(isinstance(j, str) and isinstance(l, str) and l
-                                                         for j, l in jobs.items()):
+    if (
+        not isinstance(jobs, dict)
+        or not jobs
+        or not all(isinstance(j, str) and isinstance(l, str) and l for j, l in jobs.items())
+    ):
         raise ValueError(f"jobs must map each job's name to the string of its labels, got {jobs!r:.80}")
     _checks.positive_int("max_len", max_len)
     start = vocab[:1] if start is None and isinstance(vocab, str) else start
@@ -229,27 +295,37 @@ def tagger_to_onnx(model: nn.Module, name: str, *, vocab: str, jobs: dict[str, s
         raise ValueError(f"model(ids) must return ({{job: logits}}, weights) with the jobs {sorted(jobs)}")
     for job, labels in jobs.items():
         if out[0][job].shape != (1, probe.shape[1], len(labels)):
-            raise ValueError(f"jobs[{job!r}] has {len(labels)} labels but the model gives logits of shape "
-                             f"{_checks.shape_str(out[0][job].shape)} for ids of shape {_checks.shape_str(probe.shape)}")
+            raise ValueError(
+                f"jobs[{job!r}] has {len(labels)} labels but the model gives logits of shape "
+                f"{_checks.shape_str(out[0][job].shape)} for ids of shape {_checks.shape_str(probe.shape)}"
+            )
     _checks.tensor("the weights model(ids) returns", out[1], ndim=4)
     names = list(jobs)
-    onnx_path, meta_path, meta = _export(_JobsAndWeights(cpu_model, names), directory, name, max_len=max_len,
-                                         output_names=[f"logits_{i}" for i in range(len(names))] + ["weights"],
-                                         opset=opset, meta={
-        "kind": "tagger",  # every job's label at every position, attention over the whole input
-        "title": title or name,
-        "vocab": vocab,
-        "block_size": max_len,
-        "n_layers": 1,
-        "n_heads": out[1].shape[1],
-        "causal": False,
-        "start": start,
-        "prompt": prompt,
-        "jobs": [{"name": job, "labels": jobs[job], "output": f"logits_{i}"} for i, job in enumerate(names)],
-        "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
-        "outputs": {**{f"logits_{i}": f"float32 (1, T, {len(jobs[j])}): {j}" for i, j in enumerate(names)},
-                    "weights": "float32 (1, 1, n_heads, T, T)"},
-    })
+    onnx_path, meta_path, meta = _export(
+        _JobsAndWeights(cpu_model, names),
+        directory,
+        name,
+        max_len=max_len,
+        output_names=[f"logits_{i}" for i in range(len(names))] + ["weights"],
+        opset=opset,
+        meta={
+            "kind": "tagger",  # every job's label at every position, attention over the whole input
+            "title": title or name,
+            "vocab": vocab,
+            "block_size": max_len,
+            "n_layers": 1,
+            "n_heads": out[1].shape[1],
+            "causal": False,
+            "start": start,
+            "prompt": prompt,
+            "jobs": [{"name": job, "labels": jobs[job], "output": f"logits_{i}"} for i, job in enumerate(names)],
+            "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
+            "outputs": {
+                **{f"logits_{i}": f"float32 (1, T, {len(jobs[j])}): {j}" for i, j in enumerate(names)},
+                "weights": "float32 (1, 1, n_heads, T, T)",
+            },
+        },
+    )
     return Exported(onnx_path, meta_path, None, meta)
 
 
@@ -273,11 +349,15 @@ def load_torch(meta_path: str | Path) -> GPT:
     """The PyTorch model that was exported, rebuilt from ``NAME.json`` and the weights in ``NAME.pt``."""
     meta_path, meta = _read_meta("meta_path", meta_path)
     if meta.get("kind", "lm") != "lm" or not isinstance(meta.get("config"), dict) or "onnx" not in meta:
-        raise ValueError(f"meta_path {str(meta_path)!r} does not describe an exported language model (to_onnx's): "
-                         f"it has no model configuration")
+        raise ValueError(
+            f"meta_path {str(meta_path)!r} does not describe an exported language model (to_onnx's): "
+            f"it has no model configuration"
+        )
     weights = meta_path.with_name(Path(meta["onnx"]).stem + ".pt")
     if not weights.is_file():
-        raise FileNotFoundError(f"meta_path {str(meta_path)!r} names the weights {weights.name}, which are not beside it")
+        raise FileNotFoundError(
+            f"meta_path {str(meta_path)!r} names the weights {weights.name}, which are not beside it"
+        )
     model = GPT(TransformerConfig(**meta["config"]))
     model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     return model.eval()
@@ -294,8 +374,9 @@ def onnx_session(path: str | Path):
     try:
         return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime's own exception types: a file that is no ONNX model
-        raise ValueError(f"path {str(path)!r} is not an ONNX model onnxruntime can run: "
-                         f"{str(error).splitlines()[0]}") from None
+        raise ValueError(
+            f"path {str(path)!r} is not an ONNX model onnxruntime can run: {str(error).splitlines()[0]}"
+        ) from None
 
 
 def run_onnx(session, ids) -> tuple[np.ndarray, np.ndarray]:
@@ -309,11 +390,14 @@ def run_onnx(session, ids) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(session, (str, os.PathLike)):
         session = onnx_session(session)
     if not callable(getattr(session, "run", None)):
-        raise TypeError(f"session must be an onnxruntime session (see onnx_session) or a path, got {type(session).__name__}")
+        raise TypeError(
+            f"session must be an onnxruntime session (see onnx_session) or a path, got {type(session).__name__}"
+        )
     ids = _checks.as_integers("ids", ids.detach().cpu() if isinstance(ids, torch.Tensor) else ids)
     if not (ids.dim() == 1 or (ids.dim() == 2 and ids.shape[0] == 1)) or ids.numel() == 0:
-        raise ValueError(f"ids must have shape (1, T) or (T,) with T >= 1 (one sequence), got "
-                         f"{_checks.shape_str(ids.shape)}")
+        raise ValueError(
+            f"ids must have shape (1, T) or (T,) with T >= 1 (one sequence), got {_checks.shape_str(ids.shape)}"
+        )
     import onnxruntime
 
     run_options = onnxruntime.RunOptions()
@@ -321,8 +405,10 @@ def run_onnx(session, ids) -> tuple[np.ndarray, np.ndarray]:
     try:
         return tuple(session.run(None, {"ids": ids.long().reshape(1, -1).numpy()}, run_options))  # ids (1, T)
     except Exception as error:  # onnxruntime's own exception types: ids outside the vocabulary, T > block_size
-        raise ValueError(f"ids were refused by the model (ids outside the vocabulary, or longer than its block "
-                         f"size?): {str(error).splitlines()[0]}") from None
+        raise ValueError(
+            f"ids were refused by the model (ids outside the vocabulary, or longer than its block "
+            f"size?): {str(error).splitlines()[0]}"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ a fused kernel (``F.scaled_dot_product_attention``), but its memory grows like t
 
 Chapter: the cost of attention and flash attention (chapter 09).
 """
+
 from __future__ import annotations
 
 import math
@@ -45,6 +46,7 @@ _NEG_INF = float("-inf")
 
 # --- the online softmax -------------------------------------------------------------------------------
 
+
 def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""One step of the online softmax: fold a new block of scores ``x`` into the running (m, l).
 
@@ -68,8 +70,10 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> 
         if stat.dtype != x.dtype:
             raise TypeError(f"{name} and x must have the same dtype, got {name} {stat.dtype} and x {x.dtype}")
         if stat.shape != x.shape[:-1]:
-            raise ValueError(f"{name} must have one number per row of x, shape {_checks.shape_str(x.shape[:-1])}, "
-                             f"got {_checks.shape_str(stat.shape)}")
+            raise ValueError(
+                f"{name} must have one number per row of x, shape {_checks.shape_str(x.shape[:-1])}, "
+                f"got {_checks.shape_str(stat.shape)}"
+            )
     m_new = torch.maximum(m, x.amax(dim=-1))  # (...,)
     m_safe = torch.where(m_new == _NEG_INF, 0.0, m_new)  # (...,) a row with nothing yet: subtract 0, not -inf
     l_new = l * torch.exp(m - m_safe) + torch.exp(x - m_safe.unsqueeze(-1)).sum(dim=-1)  # (...,)
@@ -89,15 +93,18 @@ def online_softmax(x: torch.Tensor, block_size: int = 1) -> torch.Tensor:
     _checks.tensor("x", x, min_ndim=1, floating=True)
     block_size = _checks.positive_int("block_size", block_size)
     if x.shape[-1] == 0:
-        raise ValueError(f"x must have at least one entry in its last dimension, got shape {_checks.shape_str(x.shape)}")
+        raise ValueError(
+            f"x must have at least one entry in its last dimension, got shape {_checks.shape_str(x.shape)}"
+        )
     m = torch.full(x.shape[:-1], _NEG_INF, dtype=x.dtype, device=x.device)  # (...,)
     l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)  # (...,)
     for start in range(0, x.shape[-1], block_size):
-        m, l = online_softmax_update(m, l, x[..., start:start + block_size])
+        m, l = online_softmax_update(m, l, x[..., start : start + block_size])
     return torch.exp(x - m.unsqueeze(-1)) / l.unsqueeze(-1)  # (..., N)
 
 
 # --- tiled attention ----------------------------------------------------------------------------------
+
 
 def _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k):
     check_qkv(q, k, v, same_batch=True)
@@ -171,8 +178,9 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
     return out, lse  # (..., Tq, Dv), (..., Tq)
 
 
-def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offset=None, scale=None,
-                             block_q=256, block_k=256):
+def flash_attention_backward(
+    grad_out, q, k, v, out, lse, *, causal=False, offset=None, scale=None, block_q=256, block_k=256
+):
     r"""The backward pass of tiled attention (FlashAttention-2): gradients for q, k and v.
 
     With Delta_i = sum_c dO_ic O_ic (D_i in the FlashAttention papers), each block of weights is recomputed
@@ -193,12 +201,16 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offse
     offset, scale, block_q, block_k = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
-    for name, x, shape in (("grad_out", grad_out, (*batch, t_q, d_v)), ("out", out, (*batch, t_q, d_v)),
-                           ("lse", lse, (*batch, t_q))):
+    for name, x, shape in (
+        ("grad_out", grad_out, (*batch, t_q, d_v)),
+        ("out", out, (*batch, t_q, d_v)),
+        ("lse", lse, (*batch, t_q)),
+    ):
         _checks.tensor(name, x, floating=True)
         if tuple(x.shape) != shape:
-            raise ValueError(f"{name} must have shape {_checks.shape_str(shape)} (from q and v), "
-                             f"got {_checks.shape_str(x.shape)}")
+            raise ValueError(
+                f"{name} must have shape {_checks.shape_str(shape)} (from q and v), got {_checks.shape_str(x.shape)}"
+            )
     work = _work_dtype(q.dtype)
     q3 = q.reshape(-1, t_q, d_k).to(work)  # (B, Tq, Dk)
     k3 = k.reshape(-1, t_k, d_k).to(work)  # (B, Tk, Dk)
@@ -232,8 +244,11 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, *, causal=False, offse
             dk_j += (ds.transpose(1, 2) @ q_i) * scale  # (B, bk, Dk)
         dk[:, j0:j1] = dk_j
         dv[:, j0:j1] = dv_j
-    return (dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype),  # (..., Tq, Dk), (..., Tk, Dk)
-            dv.reshape(v.shape).to(v.dtype))  # (..., Tk, Dv)
+    return (
+        dq.reshape(q.shape).to(q.dtype),
+        dk.reshape(k.shape).to(k.dtype),  # (..., Tq, Dk), (..., Tk, Dk)
+        dv.reshape(v.shape).to(v.dtype),
+    )  # (..., Tk, Dv)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -246,8 +261,9 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, offset, scale, block_q, block_k):
-        out, lse = flash_attention_forward(q, k, v, causal=causal, offset=offset, scale=scale,
-                                           block_q=block_q, block_k=block_k)
+        out, lse = flash_attention_forward(
+            q, k, v, causal=causal, offset=offset, scale=scale, block_q=block_q, block_k=block_k
+        )
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = dict(causal=causal, offset=offset, scale=scale, block_q=block_q, block_k=block_k)
         return out
@@ -260,8 +276,17 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
-def flash_attention(q, k, v, *, causal: bool = False, offset: int | None = None, scale: float | None = None,
-                    block_q: int = 256, block_k: int = 256) -> torch.Tensor:
+def flash_attention(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    offset: int | None = None,
+    scale: float | None = None,
+    block_q: int = 256,
+    block_k: int = 256,
+) -> torch.Tensor:
     r"""Exact attention softmax(q k^T * scale) v, computed in tiles without the Tq x Tk matrix.
 
     Equal to ``attention.scaled_dot_product_attention(q, k, v, mask)`` (with ``mask =
@@ -291,6 +316,7 @@ def flash_attention(q, k, v, *, causal: bool = False, offset: int | None = None,
 
 
 # --- the IO model -------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class IOCount:
@@ -352,8 +378,12 @@ def _tiles(n: int, size: int) -> list[tuple[int, int]]:
 
 
 def _check_io_sizes(n, d, capacity, bytes_per_element) -> tuple[int, int, int, int]:
-    return (_checks.positive_int("n", n), _checks.positive_int("d", d),
-            _checks.positive_int("capacity", capacity), _checks.positive_int("bytes_per_element", bytes_per_element))
+    return (
+        _checks.positive_int("n", n),
+        _checks.positive_int("d", d),
+        _checks.positive_int("capacity", capacity),
+        _checks.positive_int("bytes_per_element", bytes_per_element),
+    )
 
 
 def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int = 4) -> IOCount:
@@ -378,8 +408,10 @@ def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: i
     while b < n and (b + 1) ** 2 + 2 * (b + 1) * d <= elements:
         b += 1
     if b < 1:
-        raise ValueError(f"capacity={capacity} bytes is too small for standard attention with d={d}: it needs "
-                         f"at least {(2 * d + 1) * size} bytes")
+        raise ValueError(
+            f"capacity={capacity} bytes is too small for standard attention with d={d}: it needs "
+            f"at least {(2 * d + 1) * size} bytes"
+        )
     mem = FastMemory(capacity, bytes_per_element=size)
     for rows, row_tiles in _tiles(n, b):  # 1. S = Q K^T
         mem.load(rows * d, times=row_tiles)  # Q_i
@@ -431,8 +463,10 @@ def flash_attention_block_sizes(d: int, capacity: int, *, bytes_per_element: int
     b_c = max(1, min(d, elements // (8 * d)))
     b_r = (elements - 2 * b_c * d) // (2 * d + 2 + b_c)
     if b_r < 1:
-        raise ValueError(f"capacity={capacity} bytes is too small for flash attention with d={d}: it needs at "
-                         f"least {(4 * d + 3) * bytes_per_element} bytes")
+        raise ValueError(
+            f"capacity={capacity} bytes is too small for flash attention with d={d}: it needs at "
+            f"least {(4 * d + 3) * bytes_per_element} bytes"
+        )
     return b_r, b_c
 
 

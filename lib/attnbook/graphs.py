@@ -20,6 +20,7 @@ Batches of graphs of different sizes are padded to N nodes: ``adjacency`` (B, N,
 
 Chapter: beyond text (15).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,8 +53,10 @@ def _check_adjacency(adjacency, *, batched: bool | None = None) -> torch.Tensor:
     """A square, symmetric adjacency matrix (..., N, N) of bools or 0/1 numbers, returned as bool."""
     _checks.tensor("adjacency", adjacency)
     if adjacency.dim() < 2 or adjacency.shape[-1] != adjacency.shape[-2]:
-        raise ValueError(f"adjacency must be a square matrix (N, N) or a batch (B, N, N), "
-                         f"got shape {_checks.shape_str(adjacency.shape)}")
+        raise ValueError(
+            f"adjacency must be a square matrix (N, N) or a batch (B, N, N), "
+            f"got shape {_checks.shape_str(adjacency.shape)}"
+        )
     if batched is True and adjacency.dim() != 3:
         raise ValueError(f"adjacency must be a batch (B, N, N), got shape {_checks.shape_str(adjacency.shape)}")
     if batched is False and adjacency.dim() != 2:
@@ -63,15 +66,19 @@ def _check_adjacency(adjacency, *, batched: bool | None = None) -> torch.Tensor:
             raise TypeError(f"adjacency must hold booleans or 0/1 entries, got dtype {adjacency.dtype}")
         other = ~torch.isin(adjacency, torch.tensor([0, 1], dtype=adjacency.dtype, device=adjacency.device))
         if other.any():
-            raise ValueError(f"adjacency must hold booleans or 0/1 entries, got {adjacency[other][0].item()} at "
-                             f"{tuple(other.nonzero()[0].tolist())}")
+            raise ValueError(
+                f"adjacency must hold booleans or 0/1 entries, got {adjacency[other][0].item()} at "
+                f"{tuple(other.nonzero()[0].tolist())}"
+            )
         adjacency = adjacency != 0
     asymmetric = adjacency != adjacency.transpose(-2, -1)
     if asymmetric.any():
         index = tuple(asymmetric.nonzero()[0].tolist())
-        raise ValueError(f"adjacency must be symmetric (an undirected graph): adjacency[i, j] == adjacency[j, i], "
-                         f"got adjacency{list(index)} = {bool(adjacency[index])} but its mirror is "
-                         f"{bool(adjacency[index[:-2] + index[:-3:-1]])}")
+        raise ValueError(
+            f"adjacency must be symmetric (an undirected graph): adjacency[i, j] == adjacency[j, i], "
+            f"got adjacency{list(index)} = {bool(adjacency[index])} but its mirror is "
+            f"{bool(adjacency[index[:-2] + index[:-3:-1]])}"
+        )
     return adjacency
 
 
@@ -89,18 +96,22 @@ def adjacency_from_edges(edges, n_nodes: int) -> torch.Tensor:
     if e.numel() == 0:
         e = e.reshape(0, 2)
     if e.dim() != 2 or e.shape[1] != 2:
-        raise ValueError(f"edges must be pairs (i, j) of node indices, shape (E, 2), got shape {_checks.shape_str(e.shape)}")
+        raise ValueError(
+            f"edges must be pairs (i, j) of node indices, shape (E, 2), got shape {_checks.shape_str(e.shape)}"
+        )
     if e.numel() and (int(e.min()) < 0 or int(e.max()) >= n):
-        raise ValueError(f"edges must hold node indices in [0, n_nodes={n}), got values from {int(e.min())} "
-                         f"to {int(e.max())}")
+        raise ValueError(
+            f"edges must hold node indices in [0, n_nodes={n}), got values from {int(e.min())} to {int(e.max())}"
+        )
     adjacency = torch.zeros(n, n, dtype=torch.bool)
     adjacency[e[:, 0], e[:, 1]] = True
     adjacency[e[:, 1], e[:, 0]] = True
     return adjacency
 
 
-def adjacency_mask(adjacency: torch.Tensor, nodes: torch.Tensor | None = None, *,
-                   self_loops: bool = True) -> torch.Tensor:
+def adjacency_mask(
+    adjacency: torch.Tensor, nodes: torch.Tensor | None = None, *, self_loops: bool = True
+) -> torch.Tensor:
     """The attention mask of a graph: node i may attend to node j iff they are neighbours (or i = j).
 
     With ``self_loops`` each node also attends to itself, as a graph attention layer does (GAT). Padding
@@ -125,8 +136,10 @@ def _pair_mask(nodes: torch.Tensor, adjacency: torch.Tensor) -> torch.Tensor:
     """(B, N, N): True where both nodes are real."""
     _checks.tensor("nodes", nodes, ndim=2, dtype=torch.bool)
     if adjacency.dim() != 3 or tuple(nodes.shape) != tuple(adjacency.shape[:2]):
-        raise ValueError(f"nodes must have shape (B, N) = {_checks.shape_str(adjacency.shape[:2])} for adjacency "
-                         f"{_checks.shape_str(adjacency.shape)}, got {_checks.shape_str(nodes.shape)}")
+        raise ValueError(
+            f"nodes must have shape (B, N) = {_checks.shape_str(adjacency.shape[:2])} for adjacency "
+            f"{_checks.shape_str(adjacency.shape)}, got {_checks.shape_str(nodes.shape)}"
+        )
     return nodes[:, :, None] & nodes[:, None, :]  # (B, N, N)
 
 
@@ -171,7 +184,7 @@ def laplacian_eigenvectors(adjacency: torch.Tensor, k: int, *, normalized: bool 
     adjacency = _check_adjacency(adjacency, batched=False)
     k = _checks.positive_int("k", k)
     values, vectors = torch.linalg.eigh(laplacian(adjacency, normalized=normalized))  # ascending, (N,), (N, N)
-    values, vectors = values[1:k + 1], vectors[:, 1:k + 1]  # skip the first
+    values, vectors = values[1 : k + 1], vectors[:, 1 : k + 1]  # skip the first
     n_missing = k - values.shape[0]
     if n_missing:
         vectors = torch.cat([vectors, vectors.new_zeros(vectors.shape[0], n_missing)], dim=1)  # (N, k)
@@ -230,11 +243,14 @@ class DistanceBias(nn.Module):
     def forward(self, distances: torch.Tensor) -> torch.Tensor:
         _checks.tensor("distances", distances, min_ndim=2)
         if distances.is_floating_point() or distances.is_complex() or distances.dtype == torch.bool:
-            raise TypeError(f"distances must be integers (shortest-path lengths, -1 = unreachable), "
-                            f"got dtype {distances.dtype}")
+            raise TypeError(
+                f"distances must be integers (shortest-path lengths, -1 = unreachable), got dtype {distances.dtype}"
+            )
         if distances.numel() and int(distances.min()) < UNREACHABLE:
-            raise ValueError(f"distances must be shortest-path lengths >= 0 or {UNREACHABLE} (unreachable), got "
-                             f"{int(distances.min())}")
+            raise ValueError(
+                f"distances must be shortest-path lengths >= 0 or {UNREACHABLE} (unreachable), got "
+                f"{int(distances.min())}"
+            )
         index = distances.clamp(max=self.max_distance)  # (..., N, N)
         index = torch.where(distances < 0, self.max_distance + 1, index)  # unreachable: the last entry
         bias = self.table[:, index]  # (H, ..., N, N)
@@ -265,17 +281,19 @@ class GraphBatch:
     def __len__(self) -> int:
         return self.labels.shape[0]
 
-    def __getitem__(self, index) -> "GraphBatch":
-        return GraphBatch(self.adjacency[index], self.nodes[index], self.features[index], self.labels[index],
-                          self.n_nodes[index])
+    def __getitem__(self, index) -> GraphBatch:
+        return GraphBatch(
+            self.adjacency[index], self.nodes[index], self.features[index], self.labels[index], self.n_nodes[index]
+        )
 
 
 def _ring(nodes: list[int]) -> list[tuple[int, int]]:
     return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
 
 
-def two_ring_graphs(n_graphs: int, n_nodes=(15, 20), *, min_ring: int = 5, min_gap: int = 5,
-                    seed: int = 0) -> GraphBatch:
+def two_ring_graphs(
+    n_graphs: int, n_nodes=(15, 20), *, min_ring: int = 5, min_gap: int = 5, seed: int = 0
+) -> GraphBatch:
     """Two rings of nodes with two marked nodes: label 1 if the marks are on the same ring, 0 if not.
 
     Each graph has N nodes, N uniform in ``n_nodes`` = (low, high) inclusive, in two rings: every node has
@@ -298,8 +316,10 @@ def two_ring_graphs(n_graphs: int, n_nodes=(15, 20), *, min_ring: int = 5, min_g
     min_gap = _checks.positive_int("min_gap", min_gap)
     smallest = max(3, 2 * min_gap)  # the smallest first ring: a ring, with room for two marks min_gap apart
     if low < smallest + min_ring or high < low:
-        raise ValueError(f"n_nodes must be (low, high) with max(3, 2 * min_gap) + min_ring = {smallest + min_ring} "
-                         f"<= low <= high, got {n_nodes!r}")
+        raise ValueError(
+            f"n_nodes must be (low, high) with max(3, 2 * min_gap) + min_ring = {smallest + min_ring} "
+            f"<= low <= high, got {n_nodes!r}"
+        )
     g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
     adjacency = torch.zeros(n_graphs, high, high, dtype=torch.bool)
     nodes = torch.zeros(n_graphs, high, dtype=torch.bool)
@@ -359,9 +379,20 @@ class GraphTransformer(nn.Module):
     Chapter: beyond text.
     """
 
-    def __init__(self, mask: str = "full", encoding: str = "none", *, n_node_types: int = 2, d_model: int = 32,
-                 n_heads: int = 4, n_layers: int = 2, n_classes: int = 2, k: int = 4, max_distance: int = 10,
-                 d_ff: int | None = None):
+    def __init__(
+        self,
+        mask: str = "full",
+        encoding: str = "none",
+        *,
+        n_node_types: int = 2,
+        d_model: int = 32,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        n_classes: int = 2,
+        k: int = 4,
+        max_distance: int = 10,
+        d_ff: int | None = None,
+    ):
         super().__init__()
         for name, value, options in (("mask", mask, MASKS), ("encoding", encoding, ENCODINGS)):
             if value not in options:
@@ -375,16 +406,25 @@ class GraphTransformer(nn.Module):
         self.encoder = EncoderStack(d_model, n_heads, n_layers, d_ff)
         self.head = nn.Linear(d_model, _checks.positive_int("n_classes", n_classes))
 
-    def forward(self, features: torch.Tensor, adjacency: torch.Tensor, nodes: torch.Tensor, *,
-                eigenvectors: torch.Tensor | None = None, distances: torch.Tensor | None = None,
-                return_weights: bool = False):
+    def forward(
+        self,
+        features: torch.Tensor,
+        adjacency: torch.Tensor,
+        nodes: torch.Tensor,
+        *,
+        eigenvectors: torch.Tensor | None = None,
+        distances: torch.Tensor | None = None,
+        return_weights: bool = False,
+    ):
         adjacency = _check_adjacency(adjacency, batched=True)
         B, N, _ = adjacency.shape
         pairs = _pair_mask(nodes, adjacency)  # (B, N, N): both nodes real
         _checks.token_ids("features", features, self.n_node_types, ndim=2, what="node types")
         if tuple(features.shape) != (B, N):
-            raise ValueError(f"features must have shape (B, N) = {_checks.shape_str((B, N))} (one type per node), "
-                             f"got {_checks.shape_str(features.shape)}")
+            raise ValueError(
+                f"features must have shape (B, N) = {_checks.shape_str((B, N))} (one type per node), "
+                f"got {_checks.shape_str(features.shape)}"
+            )
         x = self.embed(features)  # (B, N, D)
         mask = pairs if self.mask == "full" else adjacency_mask(adjacency, nodes)  # (B, N, N)
         bias = None
@@ -393,16 +433,20 @@ class GraphTransformer(nn.Module):
                 raise ValueError("encoding='laplacian' needs eigenvectors (B, N, k) from laplacian_eigenvectors")
             _checks.tensor("eigenvectors", eigenvectors, ndim=3, floating=True)
             if tuple(eigenvectors.shape) != (B, N, self.k):
-                raise ValueError(f"eigenvectors must have shape (B, N, k) = {_checks.shape_str((B, N, self.k))}, "
-                                 f"got {_checks.shape_str(eigenvectors.shape)}")
+                raise ValueError(
+                    f"eigenvectors must have shape (B, N, k) = {_checks.shape_str((B, N, self.k))}, "
+                    f"got {_checks.shape_str(eigenvectors.shape)}"
+                )
             x = x + self.eigen(_checks.like("eigenvectors", eigenvectors, self))  # (B, N, D)
         if self.encoding == "distance":
             if distances is None:
                 raise ValueError("encoding='distance' needs distances (B, N, N) from shortest_path_distances")
             _checks.tensor("distances", distances)
             if tuple(distances.shape) != (B, N, N):
-                raise ValueError(f"distances must have shape (B, N, N) = {_checks.shape_str((B, N, N))}, "
-                                 f"got {_checks.shape_str(distances.shape)}")
+                raise ValueError(
+                    f"distances must have shape (B, N, N) = {_checks.shape_str((B, N, N))}, "
+                    f"got {_checks.shape_str(distances.shape)}"
+                )
             bias = self.distance_bias(distances).to(x.dtype)  # (B, H, N, N)
         out = self.encoder(x, mask, score_bias=bias, return_weights=return_weights)
         h, weights = out if return_weights else (out, None)  # (B, N, D)

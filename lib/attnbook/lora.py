@@ -11,10 +11,11 @@ can be merged into W (:meth:`LoRALinear.merged`), so inference costs nothing ext
 
 Chapter: from text to tokens, and pretraining (13: adapting a pretrained model).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -80,8 +81,13 @@ class LoRALinear(nn.Module):
     @torch.no_grad()
     def merged(self) -> nn.Linear:
         """A plain ``nn.Linear`` whose weight is W + (alpha / r) B A: the same outputs, no extra cost."""
-        out = nn.Linear(self.in_features, self.out_features, bias=self.base.bias is not None,
-                        dtype=self.base.weight.dtype, device=self.base.weight.device)
+        out = nn.Linear(
+            self.in_features,
+            self.out_features,
+            bias=self.base.bias is not None,
+            dtype=self.base.weight.dtype,
+            device=self.base.weight.device,
+        )
         out.weight.copy_(self.weight)
         if self.base.bias is not None:
             out.bias.copy_(self.base.bias)
@@ -98,8 +104,9 @@ def freeze(model: nn.Module) -> nn.Module:
     return model
 
 
-def add_lora(model: nn.Module, targets: Iterable[str] = ("W_q", "W_v"), *, r: int = 4,
-             alpha: float | None = None) -> list[str]:
+def add_lora(
+    model: nn.Module, targets: Iterable[str] = ("W_q", "W_v"), *, r: int = 4, alpha: float | None = None
+) -> list[str]:
     """Replace, in place, every ``nn.Linear`` whose attribute name is in ``targets`` by a :class:`LoRALinear`.
 
     The default targets are the query and value projections of the library's attention layers, the
@@ -109,8 +116,13 @@ def add_lora(model: nn.Module, targets: Iterable[str] = ("W_q", "W_v"), *, r: in
     Chapter: from text to tokens, and pretraining.
     """
     _checks.module("model", model)
-    targets = set(_checks.texts("targets", list(targets) if isinstance(targets, (set, frozenset)) else targets,
-                                what="a list of layer names, e.g. ('W_q', 'W_v')"))
+    targets = set(
+        _checks.texts(
+            "targets",
+            list(targets) if isinstance(targets, (set, frozenset)) else targets,
+            what="a list of layer names, e.g. ('W_q', 'W_v')",
+        )
+    )
     if not targets:
         raise ValueError("targets must name at least one layer, e.g. ('W_q', 'W_v'), got none")
     replaced = []
@@ -120,8 +132,9 @@ def add_lora(model: nn.Module, targets: Iterable[str] = ("W_q", "W_v"), *, r: in
                 setattr(parent, name, LoRALinear(child, r, alpha))
                 replaced.append(f"{parent_name}.{name}" if parent_name else name)
     if not replaced:
-        raise ValueError(f"targets must name nn.Linear layers of the model, got {sorted(targets)}: the model has none "
-                         f"of these names")
+        raise ValueError(
+            f"targets must name nn.Linear layers of the model, got {sorted(targets)}: the model has none of these names"
+        )
     return replaced
 
 

@@ -19,14 +19,16 @@
 Chapter: the cost of attention and flash attention (chapter 09); scaling and practice (FLOPs and memory
 of a whole model).
 """
+
 from __future__ import annotations
 
 import math
 import numbers
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -150,8 +152,11 @@ class TensorMemoryTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self._forget_freed()
-        inputs = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs))
-                  if isinstance(t, torch.Tensor) and t.layout == torch.strided}
+        inputs = {
+            t.untyped_storage()._cdata
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided
+        }
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
                 continue
@@ -241,8 +246,12 @@ def _embedding_parameters(model: torch.nn.Module) -> set[int]:
     """The ids of the parameters that are lookup tables: token embeddings and learned positions."""
     from .positional import LearnedPositionalEmbedding
 
-    return {id(p) for module in model.modules() if isinstance(module, (torch.nn.Embedding, LearnedPositionalEmbedding))
-            for p in module.parameters(recurse=False)}
+    return {
+        id(p)
+        for module in model.modules()
+        if isinstance(module, (torch.nn.Embedding, LearnedPositionalEmbedding))
+        for p in module.parameters(recurse=False)
+    }
 
 
 def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False, non_embedding: bool = False) -> int:
@@ -257,8 +266,7 @@ def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False, no
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     skip = _embedding_parameters(model) if non_embedding else set()
-    return sum(p.numel() for p in model.parameters()
-               if (p.requires_grad or not trainable_only) and id(p) not in skip)
+    return sum(p.numel() for p in model.parameters() if (p.requires_grad or not trainable_only) and id(p) not in skip)
 
 
 def _numbers(name: str, values) -> list[float]:
@@ -304,6 +312,7 @@ def format_bytes(n: float) -> str:
 
 # --- A whole transformer: FLOPs per token and activation memory -------------------------------------
 # Chapter: scaling and practice.
+
 
 @dataclass(frozen=True)
 class TransformerFlops:
@@ -358,25 +367,39 @@ def transformer_flops(model: torch.nn.Module, seq_len: int | None = None) -> Tra
     Chapter: scaling and practice.
     """
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "blocks") or not hasattr(model, "config"):
-        raise TypeError(f"model must be a GPT-like model with .blocks and .config (attnbook.models.GPT), "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a GPT-like model with .blocks and .config (attnbook.models.GPT), got {type(model).__name__}"
+        )
     from .blocks import MixtureOfExperts
 
     if any(isinstance(m, MixtureOfExperts) for m in model.modules()):
-        raise ValueError("model has mixture-of-experts layers, whose FLOPs per token depend on the routing; "
-                         "transformer_flops counts dense models only")
+        raise ValueError(
+            "model has mixture-of-experts layers, whose FLOPs per token depend on the routing; "
+            "transformer_flops counts dense models only"
+        )
     config = model.config
     seq_len = config.block_size if seq_len is None else _checks.positive_int("seq_len", seq_len)
-    n = sum(m.weight.numel() for block in model.blocks for m in block.modules()
-            if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d)))
+    n = sum(
+        m.weight.numel()
+        for block in model.blocks
+        for m in block.modules()
+        if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d))
+    )
     d_attn = config.d_model  # the width of queries and keys: H heads of Dh = D / H
-    return TransformerFlops(n=n, n_layers=config.n_layers, seq_len=seq_len, d_attn=d_attn, dense=2 * n,
-                            attention=config.n_layers * 4 * seq_len * d_attn,
-                            deembedding=2 * config.d_model * config.vocab_size)
+    return TransformerFlops(
+        n=n,
+        n_layers=config.n_layers,
+        seq_len=seq_len,
+        d_attn=d_attn,
+        dense=2 * n,
+        attention=config.n_layers * 4 * seq_len * d_attn,
+        deembedding=2 * config.d_model * config.vocab_size,
+    )
 
 
-def activation_bytes(config, batch_size: int, seq_len: int, *, attention: str = "fused",
-                     bytes_per_element: int = 4) -> int:
+def activation_bytes(
+    config, batch_size: int, seq_len: int, *, attention: str = "fused", bytes_per_element: int = 4
+) -> int:
     """The bytes one pre-norm block of the library keeps for the backward pass (its activations).
 
     Per token, in elements, for width D, feed-forward width F and H heads:
@@ -408,13 +431,22 @@ def activation_bytes(config, batch_size: int, seq_len: int, *, attention: str = 
     if attention not in ("fused", "explicit"):
         raise ValueError(f"attention must be 'fused' or 'explicit', got {attention!r}")
     hidden = {"relu": 1, "gelu": 2}.get(config.mlp)
-    if hidden is None or config.norm_position != "pre" or config.norm != "layernorm" or config.dropout or \
-            config.n_kv_heads is not None or config.positional == "rope" or config.bias:
-        raise ValueError("activation_bytes knows the library's pre-norm LayerNorm block without biases, dropout, "
-                         "RoPE or grouped-query attention, with a 'relu' or 'gelu' feed-forward layer; got "
-                         f"mlp={config.mlp!r}, norm={config.norm!r}, norm_position={config.norm_position!r}, "
-                         f"bias={config.bias}, dropout={config.dropout}, positional={config.positional!r}, "
-                         f"n_kv_heads={config.n_kv_heads}")
+    if (
+        hidden is None
+        or config.norm_position != "pre"
+        or config.norm != "layernorm"
+        or config.dropout
+        or config.n_kv_heads is not None
+        or config.positional == "rope"
+        or config.bias
+    ):
+        raise ValueError(
+            "activation_bytes knows the library's pre-norm LayerNorm block without biases, dropout, "
+            "RoPE or grouped-query attention, with a 'relu' or 'gelu' feed-forward layer; got "
+            f"mlp={config.mlp!r}, norm={config.norm!r}, norm_position={config.norm_position!r}, "
+            f"bias={config.bias}, dropout={config.dropout}, positional={config.positional!r}, "
+            f"n_kv_heads={config.n_kv_heads}"
+        )
     D, F, H = config.d_model, config.d_ff, config.n_heads
     elements = 8 * D + hidden * F  # per token, at bytes_per_element
     small = 4 + (H if attention == "fused" else 0)  # per token, float32
@@ -465,11 +497,15 @@ def attention_entropy(weights: torch.Tensor, *, start: int = 0) -> torch.Tensor:
     _checks.tensor("weights", weights, ndim=4, floating=True)
     start = _checks.positive_int("start", start, minimum=0)
     if weights.numel() == 0:
-        raise ValueError(f"weights is empty: shape {_checks.shape_str(weights.shape)}; expected (B, H, Tq, Tk) "
-                         "with at least one batch entry, head, query and key")
+        raise ValueError(
+            f"weights is empty: shape {_checks.shape_str(weights.shape)}; expected (B, H, Tq, Tk) "
+            "with at least one batch entry, head, query and key"
+        )
     if start >= weights.shape[2]:
-        raise ValueError(f"start must be smaller than the number of queries of weights, Tq={weights.shape[2]} "
-                         f"(shape {_checks.shape_str(weights.shape)}), got {start}")
+        raise ValueError(
+            f"start must be smaller than the number of queries of weights, Tq={weights.shape[2]} "
+            f"(shape {_checks.shape_str(weights.shape)}), got {start}"
+        )
     w = weights[:, :, start:]  # (B, H, Tq - start, Tk)
     if w.dtype in (torch.float16, torch.bfloat16):
         w = w.float()  # the logarithm and the sum in float32

@@ -8,12 +8,13 @@ signatures: see ``blocks.NORMS``, ``blocks.MLPS`` and ``POSITIONALS`` below.
 Chapter: the transformer block (08: encoder-decoder, decoder-only language model, parameter counts);
 the lab (12: the character-level GPT, generation); modern tweaks (11).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +57,8 @@ class LearnedPositions(nn.Module):
 
 
 class SinusoidalPositions(nn.Module):
-    r"""The fixed encoding of the 2017 paper, ``positional.sinusoidal``: PE[p, 2i] = sin(p / 10000^{2i/D}), PE[p, 2i+1] = cos(same).
+    r"""The fixed encoding of the 2017 paper, ``positional.sinusoidal``: PE[p, 2i] = sin(p / 10000^{2i/D}),
+    PE[p, 2i+1] = cos(same).
 
     Kept as a non-persistent buffer: not a parameter, not in the state dict.
 
@@ -69,7 +71,7 @@ class SinusoidalPositions(nn.Module):
         self.register_buffer("table", positional.sinusoidal(block_size, d_model), persistent=False)  # (T, D)
 
     def forward(self, T: int, offset: int = 0) -> torch.Tensor:
-        return self.table[offset:offset + T]  # (T, D)
+        return self.table[offset : offset + T]  # (T, D)
 
 
 class NoPositions(nn.Module):
@@ -153,24 +155,36 @@ class TransformerConfig:
         for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
             _checks.positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}")
-        object.__setattr__(self, "d_ff", 4 * self.d_model if self.d_ff is None else _checks.positive_int("d_ff", self.d_ff))
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}"
+            )
+        object.__setattr__(
+            self, "d_ff", 4 * self.d_model if self.d_ff is None else _checks.positive_int("d_ff", self.d_ff)
+        )
         if self.n_kv_heads is not None and self.n_heads % _checks.positive_int("n_kv_heads", self.n_kv_heads):
-            raise ValueError(f"n_heads must be divisible by n_kv_heads, got n_heads={self.n_heads} and "
-                             f"n_kv_heads={self.n_kv_heads}")
+            raise ValueError(
+                f"n_heads must be divisible by n_kv_heads, got n_heads={self.n_heads} and n_kv_heads={self.n_kv_heads}"
+            )
         for name in ("src_vocab_size", "n_encoder_layers"):
             if getattr(self, name) is not None:
                 _checks.positive_int(name, getattr(self, name))
         p = _checks.positive_float("dropout", self.dropout, allow_zero=True)
         if p >= 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        for name, options in (("norm", NORMS), ("norm_position", NORM_POSITIONS), ("mlp", MLPS),
-                              ("positional", POSITIONALS), ("init", INITS)):
+        for name, options in (
+            ("norm", NORMS),
+            ("norm_position", NORM_POSITIONS),
+            ("mlp", MLPS),
+            ("positional", POSITIONALS),
+            ("init", INITS),
+        ):
             if getattr(self, name) not in options:
-                raise ValueError(f"{name} must be one of {', '.join(repr(o) for o in options)}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be one of {', '.join(repr(o) for o in options)}, got {getattr(self, name)!r}"
+                )
         _checks.positive_float("eps", self.eps)
 
-    def replace(self, **changes) -> "TransformerConfig":
+    def replace(self, **changes) -> TransformerConfig:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 
@@ -179,9 +193,20 @@ class TransformerConfig:
 
     def block_kwargs(self) -> dict:
         """The keyword arguments of ``EncoderBlock`` / ``DecoderBlock`` that this config sets."""
-        return dict(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout, mlp=self.mlp,
-                    norm=self.norm, norm_position=self.norm_position, bias=self.bias, eps=self.eps,
-                    n_kv_heads=self.n_kv_heads, rope=self.positional == "rope", qk_norm=self.qk_norm)
+        return dict(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            mlp=self.mlp,
+            norm=self.norm,
+            norm_position=self.norm_position,
+            bias=self.bias,
+            eps=self.eps,
+            n_kv_heads=self.n_kv_heads,
+            rope=self.positional == "rope",
+            qk_norm=self.qk_norm,
+        )
 
 
 def _check_config(config) -> TransformerConfig:
@@ -203,8 +228,10 @@ def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor
     if T == 0 or B == 0:
         raise ValueError(f"{name} is empty: shape {_checks.shape_str(ids.shape)}")
     if T > block_size:
-        raise ValueError(f"{name} has length T={T}, longer than the model's block_size={block_size}; "
-                         f"keep the last {block_size} tokens (generate() crops the context for you)")
+        raise ValueError(
+            f"{name} has length T={T}, longer than the model's block_size={block_size}; "
+            f"keep the last {block_size} tokens (generate() crops the context for you)"
+        )
     # traced ids have no values to check (torch.export, torch.onnx)
     return _checks.token_ids(name, ids, vocab_size, values=not _is_exporting())
 
@@ -232,14 +259,17 @@ class _Embed(nn.Module):
         return self.dropout(x + pos)  # (B, T, D)
 
 
-
 def _add_output_layers(model: nn.Module, config: TransformerConfig) -> None:
     """A decoder's last layers: ``norm_f`` (pre-norm stacks only) and ``lm_head``, tied to the embedding if asked."""
-    model.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
-        if config.norm_position == "pre" else nn.Identity()
+    model.norm_f = (
+        make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias)
+        if config.norm_position == "pre"
+        else nn.Identity()
+    )
     model.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
     if config.tie_weights:
         model.lm_head.weight = model.embed.token.weight
+
 
 class Encoder(nn.Module):
     """Token embedding + positions, a stack of :class:`~attnbook.blocks.EncoderBlock`, a final norm if pre-norm.
@@ -259,8 +289,11 @@ class Encoder(nn.Module):
         self.embed = _Embed(self.vocab_size, config)
         n = config.n_encoder_layers or config.n_layers
         self.blocks = nn.ModuleList(EncoderBlock(**config.block_kwargs()) for _ in range(n))
-        self.norm_f = make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias) \
-            if config.norm_position == "pre" else nn.Identity()
+        self.norm_f = (
+            make_norm(config.norm, config.d_model, eps=config.eps, bias=config.bias)
+            if config.norm_position == "pre"
+            else nn.Identity()
+        )
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         _check_ids("src", src, self.vocab_size, self.config.block_size)
@@ -290,8 +323,14 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(DecoderBlock(**config.block_kwargs()) for _ in range(config.n_layers))
         _add_output_layers(self, config)
 
-    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
-                *, return_weights: bool = False):
+    def forward(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        return_weights: bool = False,
+    ):
         _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
         _checks.sequence("memory", memory, self.config.d_model, module=self)
         _checks.same_size("batch size B", slice(0, 1), ("tgt", tgt), ("memory", memory))
@@ -335,8 +374,9 @@ class EncoderDecoder(nn.Module):
         return self.decoder(tgt, self.encoder(src, src_mask), src_mask)  # (B, T, V)
 
     @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, *, bos: int, eos: int, max_len: int,
-                      src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def greedy_decode(
+        self, src: torch.Tensor, *, bos: int, eos: int, max_len: int, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Generate targets one token at a time, each time feeding back the most likely token.
 
         Returns (B, L) ids without the begin token, L <= max_len; after a sequence's end token, the rest of
@@ -381,8 +421,9 @@ class GPT(nn.Module):
         _add_output_layers(self, config)
         INITS[config.init](self, config.n_layers)
 
-    def forward(self, idx: torch.Tensor, *, return_weights: bool = False, caches: list | None = None,
-                checkpoint: bool = False):
+    def forward(
+        self, idx: torch.Tensor, *, return_weights: bool = False, caches: list | None = None, checkpoint: bool = False
+    ):
         """Logits for ``idx``; with ``caches`` (one :class:`~attnbook.attention.KVCache` per layer, see
         :meth:`new_caches`) ``idx`` holds only the new tokens, which follow the ones already cached.
 
@@ -393,18 +434,21 @@ class GPT(nn.Module):
         offset = 0
         if caches is not None:
             if not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks):
-                raise ValueError(f"caches must be a list of {len(self.blocks)} KVCache (one per layer), "
-                                 f"got {type(caches).__name__} of length {len(caches) if hasattr(caches, '__len__') else '?'}")
+                raise ValueError(
+                    f"caches must be a list of {len(self.blocks)} KVCache (one per layer), "
+                    f"got {type(caches).__name__} of length {len(caches) if hasattr(caches, '__len__') else '?'}"
+                )
             offset = caches[0].length
             if offset + idx.shape[1] > self.config.block_size:
-                raise ValueError(f"the cache holds {offset} positions and idx adds {idx.shape[1]}: more than "
-                                 f"block_size={self.config.block_size}")
+                raise ValueError(
+                    f"the cache holds {offset} positions and idx adds {idx.shape[1]}: more than "
+                    f"block_size={self.config.block_size}"
+                )
         x = self.embed(idx, offset)  # (B, T, D)
         weights = []
         for i, block in enumerate(self.blocks):
             if return_weights:
-                x, w = block(x, is_causal=True, return_weights=True,
-                             cache=None if caches is None else caches[i])
+                x, w = block(x, is_causal=True, return_weights=True, cache=None if caches is None else caches[i])
                 weights.append(w)  # (B, H, T, T)
             elif checkpoint and caches is None and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(block, x, is_causal=True, use_reentrant=False)  # (B, T, D)
@@ -422,7 +466,7 @@ class GPT(nn.Module):
         return lm_loss(self(idx), targets)
 
     @classmethod
-    def from_hf(cls, source, *, n_heads: int | None = None, eps: float = 1e-5) -> "GPT":
+    def from_hf(cls, source, *, n_heads: int | None = None, eps: float = 1e-5) -> GPT:
         """A GPT holding the weights of a Hugging Face GPT-2 (see :func:`gpt2_from_hf`).
 
         ``source`` is a ``transformers.GPT2LMHeadModel`` (or ``GPT2Model``), its state dict (then give
@@ -434,9 +478,16 @@ class GPT(nn.Module):
         return gpt2_from_hf(source, n_heads=n_heads, eps=eps, cls=cls)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None,
-                 use_cache: bool = False) -> torch.Tensor:
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        use_cache: bool = False,
+    ) -> torch.Tensor:
         """Append ``max_new_tokens`` sampled tokens to ``idx`` (B, T); returns (B, T + max_new_tokens).
 
         Each step sees at most the last ``block_size`` tokens (longer contexts are cropped, not an error).
@@ -449,7 +500,7 @@ class GPT(nn.Module):
         if isinstance(idx, torch.Tensor) and idx.dim() == 1:
             idx = idx.unsqueeze(0)  # (1, T)
         _checks.tensor("idx", idx, ndim=2)
-        _check_ids("idx", idx[:, -self.config.block_size:], self.config.vocab_size, self.config.block_size)
+        _check_ids("idx", idx[:, -self.config.block_size :], self.config.vocab_size, self.config.block_size)
         _checks.positive_int("max_new_tokens", max_new_tokens, minimum=0)
         temperature = _checks.positive_float("temperature", temperature, allow_zero=True)
         if top_k is not None:
@@ -457,16 +508,18 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         if use_cache and not all(isinstance(b.self_attn, GroupedQueryAttention) for b in self.blocks):
-            raise TypeError("use_cache=True needs attention layers that take a KV cache: build the model with "
-                            "n_kv_heads (n_kv_heads=n_heads is multi-head attention) or positional='rope'")
+            raise TypeError(
+                "use_cache=True needs attention layers that take a KV cache: build the model with "
+                "n_kv_heads (n_kv_heads=n_heads is multi-head attention) or positional='rope'"
+            )
         caches = None
         for _ in range(max_new_tokens):
             if not use_cache:
-                context = idx[:, -self.config.block_size:]  # (B, <= block_size)
+                context = idx[:, -self.config.block_size :]  # (B, <= block_size)
                 logits = self(context)[:, -1, :]  # (B, V)
             elif caches is None or caches[0].length >= self.config.block_size:  # (re)fill the cache
                 caches = self.new_caches()
-                logits = self(idx[:, -self.config.block_size:], caches=caches)[:, -1, :]  # (B, V)
+                logits = self(idx[:, -self.config.block_size :], caches=caches)[:, -1, :]  # (B, V)
             else:
                 logits = self(idx[:, -1:], caches=caches)[:, -1, :]  # (B, V): only the newest token
             if temperature == 0:
@@ -493,15 +546,23 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = 
     _checks.tensor("logits", logits, ndim=3, floating=True)
     _checks.tensor("targets", targets, ndim=2)
     if logits.shape[:2] != targets.shape:
-        raise ValueError(f"logits (B, T, V) and targets (B, T) disagree: {_checks.shape_str(logits.shape)} "
-                         f"and {_checks.shape_str(targets.shape)}")
+        raise ValueError(
+            f"logits (B, T, V) and targets (B, T) disagree: {_checks.shape_str(logits.shape)} "
+            f"and {_checks.shape_str(targets.shape)}"
+        )
     _check_targets("targets", targets, logits.shape[-1], ignore_index)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
 
 
 @torch.no_grad()
-def lm_loss_sum(model: nn.Module, ids: torch.Tensor, *, block_size: int | None = None, batch_size: int = 64,
-                shard: tuple[int, int] = (0, 1)) -> tuple[float, int]:
+def lm_loss_sum(
+    model: nn.Module,
+    ids: torch.Tensor,
+    *,
+    block_size: int | None = None,
+    batch_size: int = 64,
+    shard: tuple[int, int] = (0, 1),
+) -> tuple[float, int]:
     """The summed next-token cross-entropy over a token sequence, and the number of predicted tokens.
 
     The sequence is cut into consecutive windows of ``block_size`` tokens (the model's by default); every
@@ -528,11 +589,11 @@ def lm_loss_sum(model: nn.Module, ids: torch.Tensor, *, block_size: int | None =
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(full), batch_size):
-        windows = ids[torch.tensor(full[i:i + batch_size])[:, None] + offsets].to(device)  # (b, T + 1)
+        windows = ids[torch.tensor(full[i : i + batch_size])[:, None] + offsets].to(device)  # (b, T + 1)
         logits = model(windows[:, :-1])  # (b, T, V)
         total += F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
         count += windows.shape[0] * block_size
-    for s in starts[len(full):]:  # the last, shorter window
+    for s in starts[len(full) :]:  # the last, shorter window
         window = ids[s:].unsqueeze(0).to(device)  # (1, t + 1)
         logits = model(window[:, :-1])  # (1, t, V)
         total += F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten(), reduction="sum").item()
@@ -570,20 +631,37 @@ def gpt2_config(hf_config) -> TransformerConfig:
         raise ValueError(f"hf_config must be a GPT2Config, got model_type {getattr(hf_config, 'model_type', None)!r}")
     activation = hf_config.activation_function
     if activation not in _GPT2_ACTIVATIONS:
-        raise ValueError(f"the GPT-2 activation_function must be one of {sorted(_GPT2_ACTIVATIONS)}, got {activation!r}")
-    if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False) or not getattr(hf_config, "scale_attn_weights", True):
-        raise ValueError("GPT2Config with scale_attn_by_inverse_layer_idx=True or scale_attn_weights=False "
-                         "scales attention differently from GPT-2 and has no counterpart here")
+        raise ValueError(
+            f"the GPT-2 activation_function must be one of {sorted(_GPT2_ACTIVATIONS)}, got {activation!r}"
+        )
+    if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False) or not getattr(
+        hf_config, "scale_attn_weights", True
+    ):
+        raise ValueError(
+            "GPT2Config with scale_attn_by_inverse_layer_idx=True or scale_attn_weights=False "
+            "scales attention differently from GPT-2 and has no counterpart here"
+        )
     return TransformerConfig(
-        vocab_size=hf_config.vocab_size, block_size=hf_config.n_positions, n_layers=hf_config.n_layer,
-        n_heads=hf_config.n_head, d_model=hf_config.n_embd, d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
-        dropout=0.0, bias=True, norm="layernorm", norm_position="pre", mlp=_GPT2_ACTIVATIONS[activation],
-        positional="learned", tie_weights=bool(getattr(hf_config, "tie_word_embeddings", True)), init="torch",
-        eps=float(hf_config.layer_norm_epsilon))
+        vocab_size=hf_config.vocab_size,
+        block_size=hf_config.n_positions,
+        n_layers=hf_config.n_layer,
+        n_heads=hf_config.n_head,
+        d_model=hf_config.n_embd,
+        d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
+        dropout=0.0,
+        bias=True,
+        norm="layernorm",
+        norm_position="pre",
+        mlp=_GPT2_ACTIVATIONS[activation],
+        positional="learned",
+        tie_weights=bool(getattr(hf_config, "tie_word_embeddings", True)),
+        init="torch",
+        eps=float(hf_config.layer_norm_epsilon),
+    )
 
 
 @torch.no_grad()
-def gpt2_from_hf(source, *, n_heads: int | None = None, eps: float = 1e-5, cls: type | None = None) -> "GPT":
+def gpt2_from_hf(source, *, n_heads: int | None = None, eps: float = 1e-5, cls: type | None = None) -> GPT:
     """A :class:`GPT` with the weights of a Hugging Face GPT-2 model, state dict or checkpoint name.
 
     The mapping, layer by layer (GPT-2's names on the left):
@@ -612,26 +690,43 @@ def gpt2_from_hf(source, *, n_heads: int | None = None, eps: float = 1e-5, cls: 
         state = source
         config = None
     else:
-        raise TypeError(f"source must be a transformers GPT-2 model, its state dict or a checkpoint name, "
-                        f"got {type(source).__name__}")
-    state = {(k[len("transformer."):] if k.startswith("transformer.") else k): v for k, v in state.items()}
+        raise TypeError(
+            f"source must be a transformers GPT-2 model, its state dict or a checkpoint name, "
+            f"got {type(source).__name__}"
+        )
+    state = {(k[len("transformer.") :] if k.startswith("transformer.") else k): v for k, v in state.items()}
     for key in ("wte.weight", "wpe.weight", "ln_f.weight"):
         if key not in state:
-            raise ValueError(f"source is not a GPT-2 state dict: it has no {key!r} (keys such as "
-                             f"{sorted(state)[:4]})")
+            raise ValueError(f"source is not a GPT-2 state dict: it has no {key!r} (keys such as {sorted(state)[:4]})")
     if config is None:
         if n_heads is None:
             raise ValueError("n_heads must be given with a state dict (the weights' shapes do not tell it)")
         n_layers = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("h."))
         (V, D), T = state["wte.weight"].shape, state["wpe.weight"].shape[0]
         tied = "lm_head.weight" not in state or torch.equal(state["lm_head.weight"], state["wte.weight"])
-        config = TransformerConfig(vocab_size=V, block_size=T, n_layers=n_layers, n_heads=n_heads, d_model=D,
-                                   d_ff=state["h.0.mlp.c_fc.weight"].shape[1], bias=True, norm_position="pre",
-                                   mlp="gelu_tanh", positional="learned", tie_weights=tied, init="torch", eps=eps)
+        config = TransformerConfig(
+            vocab_size=V,
+            block_size=T,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            d_model=D,
+            d_ff=state["h.0.mlp.c_fc.weight"].shape[1],
+            bias=True,
+            norm_position="pre",
+            mlp="gelu_tanh",
+            positional="learned",
+            tie_weights=tied,
+            init="torch",
+            eps=eps,
+        )
     D = config.d_model
-    ours = {"embed.token.weight": state["wte.weight"], "embed.position.table.weight": state["wpe.weight"],
-            "norm_f.weight": state["ln_f.weight"], "norm_f.bias": state["ln_f.bias"],
-            "lm_head.weight": state["wte.weight"] if config.tie_weights else state["lm_head.weight"]}
+    ours = {
+        "embed.token.weight": state["wte.weight"],
+        "embed.position.table.weight": state["wpe.weight"],
+        "norm_f.weight": state["ln_f.weight"],
+        "norm_f.bias": state["ln_f.bias"],
+        "lm_head.weight": state["wte.weight"] if config.tie_weights else state["lm_head.weight"],
+    }
     for i in range(config.n_layers):
         h, b = f"h.{i}.", f"blocks.{i}."
         for name, w in zip(("W_q", "W_k", "W_v"), state[h + "attn.c_attn.weight"].split(D, dim=1)):  # 3 x (D, D)
@@ -650,4 +745,3 @@ def gpt2_from_hf(source, *, n_heads: int | None = None, eps: float = 1e-5, cls: 
     if config.tie_weights:
         model.lm_head.weight = model.embed.token.weight
     return model.eval()
-

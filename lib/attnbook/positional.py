@@ -17,6 +17,7 @@ position of the first token), which generation with a cache needs.
 
 Chapter: self-attention and positional encoding (2D encodings are used again in the vision transformer).
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,8 +40,10 @@ __all__ = [
 def _even_width(name: str, d: int, multiple: int = 2) -> int:
     _checks.positive_int(name, d)
     if d % multiple:
-        raise ValueError(f"{name} must be divisible by {multiple} (the encoding uses sine/cosine pairs"
-                         f"{' for rows and for columns' if multiple == 4 else ''}), got {name}={d}")
+        raise ValueError(
+            f"{name} must be divisible by {multiple} (the encoding uses sine/cosine pairs"
+            f"{' for rows and for columns' if multiple == 4 else ''}), got {name}={d}"
+        )
     return d
 
 
@@ -87,8 +90,15 @@ def angles(positions, d_model: int, *, base: float = 10000.0) -> torch.Tensor:
     return positions.to(torch.float64).unsqueeze(-1) * w  # (..., D/2)
 
 
-def sinusoidal(n_positions: int, d_model: int, *, base: float = 10000.0, offset: int = 0,
-               dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def sinusoidal(
+    n_positions: int,
+    d_model: int,
+    *,
+    base: float = 10000.0,
+    offset: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> torch.Tensor:
     r"""The sinusoidal encodings of positions offset, ..., offset + n_positions - 1.
 
     PE[pos, 2i] = sin(pos * w_i) and PE[pos, 2i+1] = cos(pos * w_i), with w_i = base^(-2i/d_model) and
@@ -107,8 +117,9 @@ def sinusoidal(n_positions: int, d_model: int, *, base: float = 10000.0, offset:
     return pe.flatten(-2).to(dtype).to(device)  # (T, D): sin, cos, sin, cos, ...
 
 
-def sinusoidal_2d(height: int, width: int, d_model: int, *, base: float = 10000.0,
-                  dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def sinusoidal_2d(
+    height: int, width: int, d_model: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32, device=None
+) -> torch.Tensor:
     """Sinusoidal encodings of a height x width grid: the row's encoding, then the column's.
 
     The first d_model/2 dimensions are ``sinusoidal(height, d_model/2)`` of the row index, the last
@@ -125,16 +136,18 @@ def sinusoidal_2d(height: int, width: int, d_model: int, *, base: float = 10000.
     _even_width("d_model", d_model, multiple=4)
     rows = sinusoidal(height, d_model // 2, base=base, dtype=torch.float64)  # (Hg, D/2)
     cols = sinusoidal(width, d_model // 2, base=base, dtype=torch.float64)  # (Wg, D/2)
-    grid = torch.cat([rows[:, None, :].expand(height, width, -1),
-                      cols[None, :, :].expand(height, width, -1)], dim=-1)  # (Hg, Wg, D)
+    grid = torch.cat(
+        [rows[:, None, :].expand(height, width, -1), cols[None, :, :].expand(height, width, -1)], dim=-1
+    )  # (Hg, Wg, D)
     return grid.reshape(height * width, d_model).to(dtype).to(device)  # (Hg * Wg, D)
 
 
 def _check_input(x: torch.Tensor, d_model: int) -> None:
     _checks.tensor("x", x, min_ndim=2, floating=True)
     if x.shape[-1] != d_model:
-        raise ValueError(f"x must have width d_model={d_model} in its last dimension, "
-                         f"got shape {_checks.shape_str(x.shape)}")
+        raise ValueError(
+            f"x must have width d_model={d_model} in its last dimension, got shape {_checks.shape_str(x.shape)}"
+        )
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -162,9 +175,10 @@ class SinusoidalPositionalEncoding(nn.Module):
         """PE for positions offset, ..., offset + n_positions - 1, shape (n_positions, D)."""
         offset = _offset(offset)
         if offset + n_positions <= self.max_len:
-            return self.pe[offset:offset + n_positions]  # (T, D)
-        return sinusoidal(n_positions, self.d_model, base=self.base, offset=offset,
-                          dtype=self.pe.dtype, device=self.pe.device)  # (T, D)
+            return self.pe[offset : offset + n_positions]  # (T, D)
+        return sinusoidal(
+            n_positions, self.d_model, base=self.base, offset=offset, dtype=self.pe.dtype, device=self.pe.device
+        )  # (T, D)
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.d_model)
@@ -200,8 +214,9 @@ class LearnedPositionalEmbedding(nn.Module):
         if offset + n_positions > self.max_len:
             raise ValueError(
                 f"a learned positional embedding has vectors for positions 0 to {self.max_len - 1} only "
-                f"(max_len={self.max_len}); got {n_positions} positions starting at offset {offset}")
-        return self.weight[offset:offset + n_positions]  # (T, D)
+                f"(max_len={self.max_len}); got {n_positions} positions starting at offset {offset}"
+            )
+        return self.weight[offset : offset + n_positions]  # (T, D)
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.d_model)
@@ -234,8 +249,10 @@ class SinusoidalPositionalEncoding2D(nn.Module):
         _check_input(x, self.d_model)
         n = self.height * self.width
         if x.shape[-2] != n:
-            raise ValueError(f"x must have height * width = {self.height} * {self.width} = {n} tokens in "
-                             f"dimension -2, got shape {_checks.shape_str(x.shape)}")
+            raise ValueError(
+                f"x must have height * width = {self.height} * {self.width} = {n} tokens in "
+                f"dimension -2, got shape {_checks.shape_str(x.shape)}"
+            )
         return x + self.pe.to(x.dtype)  # (..., N, D)
 
     def extra_repr(self) -> str:

@@ -11,10 +11,11 @@
 
 Chapter: from text to tokens, and pretraining (13).
 """
+
 from __future__ import annotations
 
 import random
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,16 +26,36 @@ from .attention import padding_mask
 from .blocks import masked_mean
 from .models import INITS, Encoder, TransformerConfig, _check_ids
 
-__all__ = ["IGNORE_INDEX", "mlm_mask", "mlm_loss", "MLMHead", "MaskedLM", "SequenceClassifier", "pad",
-           "fit_classifier", "accuracy", "words_of", "shuffled_word_task", "fit_mlm"]
+__all__ = [
+    "IGNORE_INDEX",
+    "mlm_mask",
+    "mlm_loss",
+    "MLMHead",
+    "MaskedLM",
+    "SequenceClassifier",
+    "pad",
+    "fit_classifier",
+    "accuracy",
+    "words_of",
+    "shuffled_word_task",
+    "fit_mlm",
+]
 
 IGNORE_INDEX = -100
 """The label of a position that is not predicted (``F.cross_entropy``'s default ``ignore_index``)."""
 
 
-def mlm_mask(ids: torch.Tensor, *, mask_id: int, vocab_size: int, special_ids: Iterable[int] = (),
-             p: float = 0.15, mask_prob: float = 0.8, random_prob: float = 0.1,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def mlm_mask(
+    ids: torch.Tensor,
+    *,
+    mask_id: int,
+    vocab_size: int,
+    special_ids: Iterable[int] = (),
+    p: float = 0.15,
+    mask_prob: float = 0.8,
+    random_prob: float = 0.1,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masked-language-model corruption of a batch of token ids; returns (inputs, labels).
 
     Each token whose id is not in ``special_ids`` (padding, ...) is chosen with probability ``p``. A chosen
@@ -56,10 +77,15 @@ def mlm_mask(ids: torch.Tensor, *, mask_id: int, vocab_size: int, special_ids: I
     _checks.token_ids("ids", ids, vocab_size, min_ndim=1)
     if _checks.positive_int("mask_id", mask_id, minimum=0) >= vocab_size:
         raise ValueError(f"mask_id must be a token id in [0, vocab_size={vocab_size}), got {mask_id}")
-    special_ids = _checks.as_integers("special_ids", list(special_ids) if isinstance(special_ids, (set, frozenset))
-                                      else special_ids, device=ids.device)
+    special_ids = _checks.as_integers(
+        "special_ids",
+        list(special_ids) if isinstance(special_ids, (set, frozenset)) else special_ids,
+        device=ids.device,
+    )
     if special_ids.dim() > 1:
-        raise ValueError(f"special_ids must be a flat list of token ids, got shape {_checks.shape_str(special_ids.shape)}")
+        raise ValueError(
+            f"special_ids must be a flat list of token ids, got shape {_checks.shape_str(special_ids.shape)}"
+        )
     for name, value in (("p", p), ("mask_prob", mask_prob), ("random_prob", random_prob)):
         _checks.probability(name, value)
     if mask_prob + random_prob > 1 + 1e-12:
@@ -71,12 +97,15 @@ def mlm_mask(ids: torch.Tensor, *, mask_id: int, vocab_size: int, special_ids: I
     chosen = torch.bernoulli(chance, generator=generator).bool().to(ids.device)  # (B, T)
     labels[~chosen] = IGNORE_INDEX
     inputs = ids.clone()
-    to_mask = torch.bernoulli(torch.full(ids.shape, float(mask_prob)), generator=generator).bool().to(ids.device) & chosen
+    to_mask = (
+        torch.bernoulli(torch.full(ids.shape, float(mask_prob)), generator=generator).bool().to(ids.device) & chosen
+    )
     inputs[to_mask] = mask_id
     if mask_prob < 1 and random_prob > 0:
         share = random_prob / (1 - mask_prob)  # of the chosen tokens that were not masked
-        to_random = torch.bernoulli(torch.full(ids.shape, share), generator=generator).bool().to(ids.device) \
-            & chosen & ~to_mask
+        to_random = (
+            torch.bernoulli(torch.full(ids.shape, share), generator=generator).bool().to(ids.device) & chosen & ~to_mask
+        )
         random_ids = torch.randint(vocab_size, ids.shape, dtype=torch.long, generator=generator).to(ids.device)
         inputs[to_random] = random_ids[to_random].to(ids.dtype)
     return inputs, labels
@@ -89,8 +118,10 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     _checks.tensor("logits", logits, ndim=3, floating=True)
     _checks.token_ids("labels", labels, logits.shape[-1], ndim=2, ignore_index=IGNORE_INDEX)
     if logits.shape[:2] != labels.shape:
-        raise ValueError(f"logits (B, T, V) and labels (B, T) disagree: {_checks.shape_str(logits.shape)} "
-                         f"and {_checks.shape_str(labels.shape)}")
+        raise ValueError(
+            f"logits (B, T, V) and labels (B, T) disagree: {_checks.shape_str(logits.shape)} "
+            f"and {_checks.shape_str(labels.shape)}"
+        )
     if not bool((labels != IGNORE_INDEX).any()):  # nothing to predict: a zero loss, not 0 / 0 = NaN
         return logits.flatten()[:0].sum()  # 0, still a function of logits (a NaN elsewhere does not reach it)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
@@ -126,11 +157,14 @@ def _check_lengths(lengths, ids: torch.Tensor, ids_name: str = "ids") -> torch.T
     """The real lengths (B,) of the rows of ``ids`` (B, T): integers in [1, T]."""
     lengths = _checks.as_integers("lengths", lengths, device=ids.device)
     if tuple(lengths.shape) != tuple(ids.shape[:1]):
-        raise ValueError(f"lengths must have one entry per sequence of {ids_name}, shape ({ids.shape[0]},), "
-                         f"got shape {_checks.shape_str(lengths.shape)}")
+        raise ValueError(
+            f"lengths must have one entry per sequence of {ids_name}, shape ({ids.shape[0]},), "
+            f"got shape {_checks.shape_str(lengths.shape)}"
+        )
     if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > ids.shape[1]):
-        raise ValueError(f"lengths must lie in [1, T={ids.shape[1]}] (T = the width of {ids_name}), got "
-                         f"{lengths.tolist()}")
+        raise ValueError(
+            f"lengths must lie in [1, T={ids.shape[1]}] (T = the width of {ids_name}), got {lengths.tolist()}"
+        )
     return lengths
 
 
@@ -175,8 +209,10 @@ class MaskedLM(nn.Module):
         mask = _src_mask(self.encoder, inputs, lengths, "inputs")  # (B, 1, T) or None
         _checks.token_ids("labels", labels, self.config.vocab_size, ndim=2, ignore_index=IGNORE_INDEX)
         if labels.shape != inputs.shape:
-            raise ValueError(f"inputs and labels must have the same shape (B, T), got "
-                             f"{_checks.shape_str(inputs.shape)} and {_checks.shape_str(labels.shape)}")
+            raise ValueError(
+                f"inputs and labels must have the same shape (B, T), got "
+                f"{_checks.shape_str(inputs.shape)} and {_checks.shape_str(labels.shape)}"
+            )
         h = self.encoder(inputs, mask)  # (B, T, D)
         chosen = labels != IGNORE_INDEX  # (B, T)
         if not bool(chosen.any()):  # nothing to predict (possible in a tiny batch): a zero loss, not NaN
@@ -213,8 +249,9 @@ class SequenceClassifier(nn.Module):
         return self.head(masked_mean(h, None if mask is None else mask[:, 0]))  # (B, D) -> (B, n_classes)
 
 
-def pad(sequences: Sequence[Sequence[int]], pad_id: int, *, max_len: int | None = None
-        ) -> tuple[torch.Tensor, torch.Tensor]:
+def pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, *, max_len: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Token sequences as one padded batch: ids (B, T) filled with ``pad_id``, and lengths (B,).
 
     Sequences longer than ``max_len`` are cut to it; T is the longest (cut) length.
@@ -229,7 +266,7 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int, *, max_len: int | None 
     lengths = [len(s) for s in sequences]
     ids = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
     for i, s in enumerate(sequences):
-        ids[i, :len(s)] = s
+        ids[i, : len(s)] = s
     return ids, torch.tensor(lengths)
 
 
@@ -243,8 +280,10 @@ def _check_sequences(name: str, sequences, vocab_size: int | None = None) -> lis
     for i, s in enumerate(sequences):
         ids = _checks.as_integers(f"{name}[{i}]", s, what="a list of token ids")
         if ids.dim() != 1 or ids.numel() == 0:
-            raise ValueError(f"{name}[{i}] must be a non-empty list of token ids (every sequence needs at least one "
-                             f"token), got {s!r:.60}")
+            raise ValueError(
+                f"{name}[{i}] must be a non-empty list of token ids (every sequence needs at least one "
+                f"token), got {s!r:.60}"
+            )
         if vocab_size is not None:
             _checks.token_ids(f"{name}[{i}]", ids, vocab_size)
         out.append(ids.long())
@@ -259,8 +298,10 @@ def _check_task(model, ids, lengths, labels) -> None:
     _checks.tensor("lengths", lengths, ndim=1)
     _checks.token_ids("labels", labels, None, ndim=1, what="class indices")
     if not ids.shape[0] == lengths.shape[0] == labels.shape[0]:
-        raise ValueError(f"ids, lengths and labels must have one row per example, got {ids.shape[0]}, "
-                         f"{lengths.shape[0]} and {labels.shape[0]}")
+        raise ValueError(
+            f"ids, lengths and labels must have one row per example, got {ids.shape[0]}, "
+            f"{lengths.shape[0]} and {labels.shape[0]}"
+        )
     if ids.shape[0] == 0:
         raise ValueError(f"ids holds no example: shape {_checks.shape_str(ids.shape)}")
     _check_lengths(lengths, ids)
@@ -280,9 +321,20 @@ def _check_steps(steps, warmup, *, clip: bool = False) -> None:
         raise ValueError(f"warmup must be smaller than steps, got {warmup} and {steps}")
 
 
-def fit_classifier(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor, *,
-                   steps: int, batch_size: int = 32, lr: float = 1e-3, weight_decay: float = 0.01,
-                   warmup: int = 0, seed: int = 0, quiet: bool = True) -> train.History:
+def fit_classifier(
+    model: nn.Module,
+    ids: torch.Tensor,
+    lengths: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    weight_decay: float = 0.01,
+    warmup: int = 0,
+    seed: int = 0,
+    quiet: bool = True,
+) -> train.History:
     """Fine-tune a sequence classifier with AdamW, cross-entropy and a cosine learning-rate schedule.
 
     Only the parameters with ``requires_grad`` are trained (freeze the encoder to train the head alone).
@@ -316,16 +368,21 @@ def fit_classifier(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, l
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameter (every requires_grad is False)")
-    optimizer = torch.optim.AdamW(params, lr=_checks.positive_float("lr", lr),
-                                  weight_decay=_checks.positive_float("weight_decay", weight_decay, allow_zero=True))
+    optimizer = torch.optim.AdamW(
+        params,
+        lr=_checks.positive_float("lr", lr),
+        weight_decay=_checks.positive_float("weight_decay", weight_decay, allow_zero=True),
+    )
     schedule = train.cosine_schedule(steps, warmup_steps=warmup, min_factor=0.0)
-    return train.fit(model, batch, loss_fn, steps=steps, optimizer=optimizer, schedule=schedule,
-                     desc="fine-tuning", quiet=quiet)
+    return train.fit(
+        model, batch, loss_fn, steps=steps, optimizer=optimizer, schedule=schedule, desc="fine-tuning", quiet=quiet
+    )
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor, *,
-             batch_size: int = 512) -> float:
+def accuracy(
+    model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 512
+) -> float:
     """The fraction of sequences whose arg-max logit is their label; in eval mode.
 
     Chapter: from text to tokens, and pretraining.
@@ -337,16 +394,17 @@ def accuracy(model: nn.Module, ids: torch.Tensor, lengths: torch.Tensor, labels:
     device = next(model.parameters()).device
     correct = 0
     for start in range(0, ids.shape[0], batch_size):
-        lens = lengths[start:start + batch_size]
-        x = ids[start:start + batch_size, :int(lens.max())].to(device)
-        y = labels[start:start + batch_size]
+        lens = lengths[start : start + batch_size]
+        x = ids[start : start + batch_size, : int(lens.max())].to(device)
+        y = labels[start : start + batch_size]
         correct += int((_scores(model, x, lens.to(device), y.to(device)).argmax(-1).cpu() == y).sum())
     model.train(was_training)
     return correct / ids.shape[0]
 
 
 def words_of(text: str, *, min_len: int = 1, max_len: int | None = None, lower: bool = True) -> list[str]:
-    """The words of ``text`` in order (runs of the letters A-Z and a-z), lower-cased, of ``min_len`` to ``max_len`` letters.
+    """The words of ``text`` in order (runs of the letters A-Z and a-z), lower-cased, of ``min_len`` to
+    ``max_len`` letters.
 
     >>> words_of("To be, or not to be: that is the question.", min_len=3)
     ['not', 'that', 'the', 'question']
@@ -398,9 +456,22 @@ def shuffled_word_task(words: Sequence[str], *, seed: int = 0, tries: int = 50) 
     return texts, labels
 
 
-def fit_mlm(model: MaskedLM, sequences: Sequence[Sequence[int]], *, pad_id: int, mask_id: int, steps: int,
-            batch_size: int = 256, lr: float = 3e-3, weight_decay: float = 0.01, warmup: int = 20, p: float = 0.15,
-            seed: int = 0, desc: str = "pretraining", quiet: bool = False) -> train.History:
+def fit_mlm(
+    model: MaskedLM,
+    sequences: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    mask_id: int,
+    steps: int,
+    batch_size: int = 256,
+    lr: float = 3e-3,
+    weight_decay: float = 0.01,
+    warmup: int = 20,
+    p: float = 0.15,
+    seed: int = 0,
+    desc: str = "pretraining",
+    quiet: bool = False,
+) -> train.History:
     """Pretrain a :class:`MaskedLM` on token sequences (unlabelled) with BERT's masking, AdamW and a cosine schedule.
 
     Each step draws ``batch_size`` sequences at random (with replacement), pads them, corrupts them with
@@ -431,8 +502,10 @@ def fit_mlm(model: MaskedLM, sequences: Sequence[Sequence[int]], *, pad_id: int,
         inputs, labels, lengths = b
         return m.loss(inputs, labels, lengths)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=_checks.positive_float("lr", lr),
-                                  weight_decay=_checks.positive_float("weight_decay", weight_decay, allow_zero=True))
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=_checks.positive_float("lr", lr),
+        weight_decay=_checks.positive_float("weight_decay", weight_decay, allow_zero=True),
+    )
     schedule = train.cosine_schedule(steps, warmup_steps=min(warmup, steps - 1), min_factor=0.1)
-    return train.fit(model, batch, loss_fn, steps=steps, optimizer=optimizer, schedule=schedule, desc=desc,
-                     quiet=quiet)
+    return train.fit(model, batch, loss_fn, steps=steps, optimizer=optimizer, schedule=schedule, desc=desc, quiet=quiet)

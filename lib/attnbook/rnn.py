@@ -13,10 +13,10 @@ functions see it as one flat vector s of width S (S = H, or S = 2H for the LSTM 
 Chapters: vanishing gradients (RNNCell, Recurrent, state_jacobians, jacobian_chain, gradient_norms);
 LSTM and GRU (LSTMCell, GRUCell, set_forget_bias, SequenceRegressor).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Union
 
 import torch
 from torch import nn
@@ -37,18 +37,20 @@ __all__ = [
     "gradient_norms",
 ]
 
-State = Union[torch.Tensor, tuple]
+State = torch.Tensor | tuple
 _NONLINEARITIES = {"tanh": torch.tanh, "relu": torch.relu, "linear": lambda a: a}
 
 
 # --- input checks ---------------------------------------------------------------------------------
 
+
 def _check_x(cell: nn.Module, x) -> torch.Tensor:
     """x must be a floating (B, input_size) tensor with the cell's dtype and device."""
     _checks.tensor("x", x, ndim=2, floating=True)
     if x.shape[1] != cell.input_size:
-        raise ValueError(f"x must have shape (B, input_size) = (B, {cell.input_size}), "
-                         f"got {_checks.shape_str(x.shape)}")
+        raise ValueError(
+            f"x must have shape (B, input_size) = (B, {cell.input_size}), got {_checks.shape_str(x.shape)}"
+        )
     return _checks.like("x", x, cell, owner="cell")
 
 
@@ -57,11 +59,14 @@ def _check_hidden(name: str, h, x: torch.Tensor, hidden_size: int) -> torch.Tens
     _checks.tensor(name, h, floating=True)
     expected = (x.shape[0], hidden_size)
     if tuple(h.shape) != expected:
-        raise ValueError(f"{name} must have shape (B, hidden_size) = {_checks.shape_str(expected)} "
-                         f"(B from x {_checks.shape_str(x.shape)}), got {_checks.shape_str(h.shape)}")
+        raise ValueError(
+            f"{name} must have shape (B, hidden_size) = {_checks.shape_str(expected)} "
+            f"(B from x {_checks.shape_str(x.shape)}), got {_checks.shape_str(h.shape)}"
+        )
     if h.dtype != x.dtype or h.device != x.device:
-        raise TypeError(f"{name} must have the dtype and device of x ({x.dtype}, {x.device}), "
-                        f"got {h.dtype} on {h.device}")
+        raise TypeError(
+            f"{name} must have the dtype and device of x ({x.dtype}, {x.device}), got {h.dtype} on {h.device}"
+        )
     return h
 
 
@@ -79,18 +84,23 @@ def _torch_weights(module: nn.Module, kind: type) -> tuple[torch.Tensor, ...]:
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
     elif isinstance(module, nn.RNNBase):
         if module.num_layers != 1 or module.bidirectional or getattr(module, "proj_size", 0):
-            raise ValueError("from_torch copies a single cell: the layer must have num_layers=1, "
-                             f"bidirectional=False and no projection, got {module}")
+            raise ValueError(
+                "from_torch copies a single cell: the layer must have num_layers=1, "
+                f"bidirectional=False and no projection, got {module}"
+            )
         names = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
     else:
-        raise TypeError(f"module must be a torch.nn.{kind.__name__} or a one-layer torch.nn.{kind.__name__[:-4]}, "
-                        f"got {type(module).__name__}")
+        raise TypeError(
+            f"module must be a torch.nn.{kind.__name__} or a one-layer torch.nn.{kind.__name__[:-4]}, "
+            f"got {type(module).__name__}"
+        )
     if not getattr(module, "bias", True):
         raise ValueError("from_torch needs a PyTorch module with bias=True")
     return tuple(getattr(module, n).detach() for n in names)
 
 
 # --- cells ---------------------------------------------------------------------------------------
+
 
 class _Cell(nn.Module):
     """What every cell has: a state of ``hidden_size`` numbers per sequence, zero at the start."""
@@ -137,7 +147,7 @@ class RNNCell(_Cell):
         return _NONLINEARITIES[self.nonlinearity](a)  # (B, H)
 
     @classmethod
-    def from_torch(cls, module: nn.Module) -> "RNNCell":
+    def from_torch(cls, module: nn.Module) -> RNNCell:
         """A copy of a ``torch.nn.RNNCell`` (or a one-layer ``nn.RNN``) with the same weights."""
         W_ih, W_hh, b_ih, b_hh = _torch_weights(module, nn.RNNCell)
         cell = cls(W_ih.shape[1], W_ih.shape[0], module.nonlinearity).to(W_ih)
@@ -191,8 +201,10 @@ class LSTMCell(_Cell):
             h, c = self.initial_state(x.shape[0], like=x)
         else:
             if not isinstance(state, (tuple, list)) or len(state) != 2:
-                raise TypeError(f"state must be a pair (h, c) of (B, hidden_size) tensors, got {type(state).__name__}"
-                                + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else ""))
+                raise TypeError(
+                    f"state must be a pair (h, c) of (B, hidden_size) tensors, got {type(state).__name__}"
+                    + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else "")
+                )
             h = _check_hidden("state[0] (h)", state[0], x, self.hidden_size)
             c = _check_hidden("state[1] (c)", state[1], x, self.hidden_size)
         a = x @ self.W_x.T + h @ self.W_h.T + self.b  # (B, 4H)
@@ -206,7 +218,7 @@ class LSTMCell(_Cell):
         return h_new, c_new
 
     @classmethod
-    def from_torch(cls, module: nn.Module) -> "LSTMCell":
+    def from_torch(cls, module: nn.Module) -> LSTMCell:
         """A copy of a ``torch.nn.LSTMCell`` (or a one-layer ``nn.LSTM``) with the same weights."""
         W_ih, W_hh, b_ih, b_hh = _torch_weights(module, nn.LSTMCell)
         cell = cls(W_ih.shape[1], W_hh.shape[1]).to(W_ih)
@@ -254,21 +266,21 @@ class GRUCell(_Cell):
         h = self.initial_state(x.shape[0], like=x) if h is None else _check_hidden("h", h, x, self.hidden_size)
         H = self.hidden_size
         ax_r, ax_z, ax_n = (x @ self.W_x.T + self.b_x).chunk(3, dim=-1)  # each (B, H)
-        W_hr_hz, W_hn = self.W_h[: 2 * H], self.W_h[2 * H:]  # (2H, H), (H, H)
+        W_hr_hz, W_hn = self.W_h[: 2 * H], self.W_h[2 * H :]  # (2H, H), (H, H)
         ah_r, ah_z = (h @ W_hr_hz.T + self.b_h[: 2 * H]).chunk(2, dim=-1)  # each (B, H)
         r = torch.sigmoid(ax_r + ah_r)  # (B, H)
         z = torch.sigmoid(ax_z + ah_z)  # (B, H)
         if self.reset_after:
-            n = torch.tanh(ax_n + r * (h @ W_hn.T + self.b_h[2 * H:]))  # (B, H)
+            n = torch.tanh(ax_n + r * (h @ W_hn.T + self.b_h[2 * H :]))  # (B, H)
         else:
-            n = torch.tanh(ax_n + (r * h) @ W_hn.T + self.b_h[2 * H:])  # (B, H)
+            n = torch.tanh(ax_n + (r * h) @ W_hn.T + self.b_h[2 * H :])  # (B, H)
         h_new = (1 - z) * n + z * h  # (B, H)
         if return_gates:
             return h_new, {"r": r, "z": z, "n": n}
         return h_new
 
     @classmethod
-    def from_torch(cls, module: nn.Module) -> "GRUCell":
+    def from_torch(cls, module: nn.Module) -> GRUCell:
         """A copy of a ``torch.nn.GRUCell`` (or a one-layer ``nn.GRU``) with the same weights."""
         W_ih, W_hh, b_ih, b_hh = _torch_weights(module, nn.GRUCell)
         cell = cls(W_ih.shape[1], W_hh.shape[1]).to(W_ih)
@@ -280,14 +292,19 @@ class GRUCell(_Cell):
         return cell
 
 
-Cell = Union[RNNCell, LSTMCell, GRUCell]
+Cell = RNNCell | LSTMCell | GRUCell
 
 
 def _check_cell(cell) -> None:
     if not isinstance(cell, (RNNCell, LSTMCell, GRUCell)):
-        raise TypeError(f"cell must be an attnbook.rnn RNNCell, LSTMCell or GRUCell, got {type(cell).__name__}"
-                        + (" (copy a PyTorch cell with RNNCell.from_torch, LSTMCell.from_torch or GRUCell.from_torch)"
-                           if isinstance(cell, nn.Module) else ""))
+        raise TypeError(
+            f"cell must be an attnbook.rnn RNNCell, LSTMCell or GRUCell, got {type(cell).__name__}"
+            + (
+                " (copy a PyTorch cell with RNNCell.from_torch, LSTMCell.from_torch or GRUCell.from_torch)"
+                if isinstance(cell, nn.Module)
+                else ""
+            )
+        )
 
 
 def _check_sequence(cell, x, *, batched: bool) -> torch.Tensor:
@@ -364,8 +381,10 @@ class SequenceRegressor(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _checks.tensor("x", x, ndim=3, floating=True)
         if x.shape[-1] != self.input_size or x.shape[1] == 0:
-            raise ValueError(f"x must have shape (B, T, input_size) = (B, T, {self.input_size}) with T >= 1, "
-                             f"got {_checks.shape_str(x.shape)}")
+            raise ValueError(
+                f"x must have shape (B, T, input_size) = (B, T, {self.input_size}) with T >= 1, "
+                f"got {_checks.shape_str(x.shape)}"
+            )
         _checks.like("x", x, self)
         outputs, _ = self.layer(x)  # (B, T, H)
         return self.readout(outputs[:, -1]).squeeze(-1)  # (B,)
@@ -384,7 +403,7 @@ def set_forget_bias(module: nn.Module, value: float) -> nn.Module:
     with torch.no_grad():
         if isinstance(module, LSTMCell):
             H = module.hidden_size
-            module.b[H:2 * H] = value  # gate order i, f, g, o
+            module.b[H : 2 * H] = value  # gate order i, f, g, o
             return module
         if isinstance(module, (nn.LSTMCell, nn.LSTM)):
             if not module.bias:
@@ -392,15 +411,18 @@ def set_forget_bias(module: nn.Module, value: float) -> nn.Module:
             H = module.hidden_size
             for name, p in module.named_parameters():
                 if name.startswith("bias_ih"):
-                    p[H:2 * H] = value
+                    p[H : 2 * H] = value
                 elif name.startswith("bias_hh"):
-                    p[H:2 * H] = 0.0
+                    p[H : 2 * H] = 0.0
             return module
-    raise TypeError(f"module must be an LSTM (attnbook.rnn.LSTMCell, torch.nn.LSTMCell or torch.nn.LSTM), "
-                    f"got {type(module).__name__}")
+    raise TypeError(
+        f"module must be an LSTM (attnbook.rnn.LSTMCell, torch.nn.LSTMCell or torch.nn.LSTM), "
+        f"got {type(module).__name__}"
+    )
 
 
 # --- gradient flow ---------------------------------------------------------------------------------
+
 
 def flatten_state(state: State) -> torch.Tensor:
     """The state as one tensor: h (B, H) stays as it is, (h, c) becomes [h, c] of shape (B, 2H)."""
@@ -410,8 +432,10 @@ def flatten_state(state: State) -> torch.Tensor:
         h = _checks.tensor("state[0] (h)", state[0], min_ndim=1, floating=True)
         c = _checks.tensor("state[1] (c)", state[1], floating=True)
         if h.shape != c.shape or h.dtype != c.dtype or h.device != c.device:
-            raise ValueError(f"state (h, c) must hold two tensors of one shape, dtype and device, got h "
-                             f"{_checks.shape_str(h.shape)} {h.dtype} and c {_checks.shape_str(c.shape)} {c.dtype}")
+            raise ValueError(
+                f"state (h, c) must hold two tensors of one shape, dtype and device, got h "
+                f"{_checks.shape_str(h.shape)} {h.dtype} and c {_checks.shape_str(c.shape)} {c.dtype}"
+            )
         return torch.cat(state, dim=-1)  # (B, 2H)
     return _checks.tensor("state", state, min_ndim=1, floating=True)  # (B, H)
 
@@ -421,8 +445,10 @@ def unflatten_state(cell: Cell, s: torch.Tensor) -> State:
     _check_cell(cell)
     _checks.tensor("s", s, min_ndim=1, floating=True)
     if s.shape[-1] != cell.state_size:
-        raise ValueError(f"s must have the cell's flat state width S = {cell.state_size} in its last dimension, "
-                         f"got shape {_checks.shape_str(s.shape)}")
+        raise ValueError(
+            f"s must have the cell's flat state width S = {cell.state_size} in its last dimension, "
+            f"got shape {_checks.shape_str(s.shape)}"
+        )
     if isinstance(cell, LSTMCell):
         return tuple(s.split(cell.hidden_size, dim=-1))  # (B, H), (B, H)
     return s
@@ -435,8 +461,10 @@ def _initial_flat_state(cell: Cell, x: torch.Tensor, state: State | None) -> tor
     _checks.tensor("state", s, floating=True)
     if tuple(s.shape) not in ((cell.state_size,), (1, cell.state_size)):
         what = "(h, c), each (hidden_size,)" if isinstance(cell, LSTMCell) else "h of shape (hidden_size,)"
-        raise ValueError(f"state must be one sequence's state {what}, flat width S = {cell.state_size}, "
-                         f"got {_checks.shape_str(s.shape)}")
+        raise ValueError(
+            f"state must be one sequence's state {what}, flat width S = {cell.state_size}, "
+            f"got {_checks.shape_str(s.shape)}"
+        )
     return s.reshape(cell.state_size).to(x)
 
 
@@ -493,8 +521,7 @@ def jacobian_chain(jacobians: torch.Tensor) -> torch.Tensor:
     return torch.stack(out)  # (T + 1, S, S)
 
 
-def gradient_norms(cell: Cell, x: torch.Tensor, state: State | None = None, *,
-                   part: str = "state") -> torch.Tensor:
+def gradient_norms(cell: Cell, x: torch.Tensor, state: State | None = None, *, part: str = "state") -> torch.Tensor:
     r"""The spectral norms || d s_T / d s_{T-k} ||_2 for k = 0 ... T: how much a gradient at the last step
     can be amplified (or shrunk) on its way back k steps.
 
@@ -513,7 +540,9 @@ def gradient_norms(cell: Cell, x: torch.Tensor, state: State | None = None, *,
     if part != "state":
         if not isinstance(cell, LSTMCell):
             if part == "c":
-                raise ValueError(f"part='c' needs an LSTMCell (only the LSTM has a cell state), got {type(cell).__name__}")
+                raise ValueError(
+                    f"part='c' needs an LSTMCell (only the LSTM has a cell state), got {type(cell).__name__}"
+                )
         else:
             H = cell.hidden_size
             block = slice(0, H) if part == "h" else slice(H, 2 * H)

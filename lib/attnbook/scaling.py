@@ -12,16 +12,26 @@
 
 Chapter: scaling and practice.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-__all__ = ["saturating_power_law", "ScalingFit", "fit_scaling_law", "Bootstrap", "bootstrap_scaling_law",
-           "isoflop_optimum", "loss_at_compute", "FrontierPoint", "compute_optimal_frontier"]
+__all__ = [
+    "saturating_power_law",
+    "ScalingFit",
+    "fit_scaling_law",
+    "Bootstrap",
+    "bootstrap_scaling_law",
+    "isoflop_optimum",
+    "loss_at_compute",
+    "FrontierPoint",
+    "compute_optimal_frontier",
+]
 
 
 def _positive_array(name: str, values, *, ndim: tuple[int, ...] = (1,)) -> np.ndarray:
@@ -59,7 +69,7 @@ class ScalingFit:
 
 def _fit_at(alpha: float, x: np.ndarray, y: np.ndarray, floor: bool) -> tuple[float, float, float]:
     """The best (L_inf, c = x_c^alpha) for a fixed alpha, and the sum of squared errors."""
-    u = x ** -alpha  # the law is y = L_inf + c * u
+    u = x**-alpha  # the law is y = L_inf + c * u
     if floor:
         A = np.stack([np.ones_like(u), u], axis=1)
         (L_inf, c), *_ = np.linalg.lstsq(A, y, rcond=None)
@@ -73,8 +83,9 @@ def _fit_at(alpha: float, x: np.ndarray, y: np.ndarray, floor: bool) -> tuple[fl
     return float(L_inf), c, float(residual @ residual)
 
 
-def fit_scaling_law(x: Sequence[float], loss: Sequence[float], *, floor: bool = True,
-                    alpha_range: tuple[float, float] = (1e-3, 4.0)) -> ScalingFit:
+def fit_scaling_law(
+    x: Sequence[float], loss: Sequence[float], *, floor: bool = True, alpha_range: tuple[float, float] = (1e-3, 4.0)
+) -> ScalingFit:
     """Fit L(x) = L_inf + (x_c / x)^alpha to (x, loss) by least squares on the losses.
 
     With ``floor=False``, L_inf = 0 (Kaplan et al.'s pure power law). The search over alpha scans a
@@ -145,8 +156,9 @@ class Bootstrap:
         return float(np.std(self.alphas, ddof=1))
 
 
-def bootstrap_scaling_law(x: Sequence[float], loss, *, n_boot: int = 500, seed: int = 0,
-                          floor: bool = True) -> Bootstrap:
+def bootstrap_scaling_law(
+    x: Sequence[float], loss, *, n_boot: int = 500, seed: int = 0, floor: bool = True
+) -> Bootstrap:
     """Fit the law, then refit it ``n_boot`` times on resampled data.
 
     ``loss`` of shape (n,) resamples the n points with replacement (at least 3 distinct x in each draw).
@@ -203,17 +215,27 @@ def isoflop_optimum(n_params: Sequence[float], loss: Sequence[float]) -> tuple[f
     u = np.log(n)
     a, b, c = np.polyfit(u, y, 2)
     if a <= 0:
-        raise ValueError("the losses have no minimum inside the sizes given (the parabola in ln N opens "
-                         "downwards): add smaller and larger models at this compute budget")
+        raise ValueError(
+            "the losses have no minimum inside the sizes given (the parabola in ln N opens "
+            "downwards): add smaller and larger models at this compute budget"
+        )
     u_opt = -b / (2 * a)
     if not u.min() <= u_opt <= u.max():
-        raise ValueError(f"the parabola's minimum, N = {math.exp(u_opt):.3g}, lies outside the sizes given "
-                         f"({n.min():.3g} to {n.max():.3g}): the optimum is not bracketed at this budget")
-    return float(math.exp(u_opt)), float(a * u_opt ** 2 + b * u_opt + c)
+        raise ValueError(
+            f"the parabola's minimum, N = {math.exp(u_opt):.3g}, lies outside the sizes given "
+            f"({n.min():.3g} to {n.max():.3g}): the optimum is not bracketed at this budget"
+        )
+    return float(math.exp(u_opt)), float(a * u_opt**2 + b * u_opt + c)
 
 
-def loss_at_compute(n_params: float, tokens: Sequence[float], loss: Sequence[float], compute: float,
-                    *, flops_per_param_token: float = 6.0) -> float | None:
+def loss_at_compute(
+    n_params: float,
+    tokens: Sequence[float],
+    loss: Sequence[float],
+    compute: float,
+    *,
+    flops_per_param_token: float = 6.0,
+) -> float | None:
     """The loss of a model of ``n_params`` parameters at a compute budget, from its runs of several lengths.
 
     The budget buys D = compute / (6 N) tokens; the loss there is interpolated linearly in ln D between
@@ -250,8 +272,14 @@ class FrontierPoint:
     losses: tuple[float, ...]
 
 
-def compute_optimal_frontier(n_params: Sequence[float], tokens: Sequence[float], loss: Sequence[float],
-                             budgets: Sequence[float], *, flops_per_param_token: float = 6.0) -> list[FrontierPoint]:
+def compute_optimal_frontier(
+    n_params: Sequence[float],
+    tokens: Sequence[float],
+    loss: Sequence[float],
+    budgets: Sequence[float],
+    *,
+    flops_per_param_token: float = 6.0,
+) -> list[FrontierPoint]:
     """The compute-optimal size at each budget C, from a grid of runs (sizes x token budgets).
 
     For each C, every size whose runs span D = C / (6N) gives its loss there (:func:`loss_at_compute`);
@@ -268,7 +296,9 @@ def compute_optimal_frontier(n_params: Sequence[float], tokens: Sequence[float],
     d = _positive_array("tokens", tokens)
     y = _positive_array("loss", loss)
     if not n.shape == d.shape == y.shape:
-        raise ValueError(f"n_params, tokens and loss must have one entry per run, got lengths {n.size}, {d.size}, {y.size}")
+        raise ValueError(
+            f"n_params, tokens and loss must have one entry per run, got lengths {n.size}, {d.size}, {y.size}"
+        )
     frontier = []
     for c in _positive_array("budgets", budgets):
         profile = []
@@ -284,10 +314,12 @@ def compute_optimal_frontier(n_params: Sequence[float], tokens: Sequence[float],
         best = min(range(len(profile)), key=lambda i: profile[i][1])
         if best in (0, len(profile) - 1):
             continue
-        window = profile[best - 1:best + 2]
+        window = profile[best - 1 : best + 2]
         try:
             n_opt, l_opt = isoflop_optimum([p[0] for p in window], [p[1] for p in window])
         except ValueError:
             continue
-        frontier.append(FrontierPoint(float(c), n_opt, l_opt, tuple(p[0] for p in profile), tuple(p[1] for p in profile)))
+        frontier.append(
+            FrontierPoint(float(c), n_opt, l_opt, tuple(p[0] for p in profile), tuple(p[1] for p in profile))
+        )
     return frontier

@@ -15,11 +15,13 @@ Token ids follow :class:`attnbook.data.Vocab`: <pad> = 0, <unk> = 1, <bos> = 2, 
 
 Chapter: sequence-to-sequence and Bahdanau attention.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,17 +29,32 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from . import _checks
-from .attention import AdditiveAttention, padding_mask
+from .attention import AdditiveAttention
 
-__all__ = ["Encoder", "Decoder", "Memory", "Seq2Seq", "Batch", "make_batch", "sequence_loss", "Translation",
-           "greedy_decode", "beam_search", "score_sequence", "translate", "PrefixTable"]
+__all__ = [
+    "Encoder",
+    "Decoder",
+    "Memory",
+    "Seq2Seq",
+    "Batch",
+    "make_batch",
+    "sequence_loss",
+    "Translation",
+    "greedy_decode",
+    "beam_search",
+    "score_sequence",
+    "translate",
+    "PrefixTable",
+]
 
 
 def _lengths(name: str, lengths, batch: int, max_len: int, device) -> torch.Tensor:
     lengths = _checks.as_integers(name, lengths, what="one integer length per sequence", device=device)
     if lengths.dim() != 1 or lengths.numel() != batch:
-        raise ValueError(f"{name} must hold one integer length per sequence, shape ({batch},) (the rows of src), got "
-                         f"{lengths.dtype} of shape {_checks.shape_str(lengths.shape)}")
+        raise ValueError(
+            f"{name} must hold one integer length per sequence, shape ({batch},) (the rows of src), got "
+            f"{lengths.dtype} of shape {_checks.shape_str(lengths.shape)}"
+        )
     if batch and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
         raise ValueError(f"{name} must lie in [0, {max_len}] (the padded length of src), got {lengths.tolist()}")
     return lengths.long()
@@ -46,8 +63,10 @@ def _lengths(name: str, lengths, batch: int, max_len: int, device) -> torch.Tens
 def _check_decoder_model(model) -> None:
     """``model`` must be something the decoders can run: encode, start, step and the special ids."""
     if not all(hasattr(model, a) for a in ("encode", "start", "step", "bos_id", "eos_id", "train")):
-        raise TypeError(f"model must be a Seq2Seq (or a PrefixTable): something with encode, start and step, "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a Seq2Seq (or a PrefixTable): something with encode, start and step, "
+            f"got {type(model).__name__}"
+        )
 
 
 def _token_ids(name: str, ids, vocab_size: int) -> torch.Tensor:
@@ -68,8 +87,7 @@ class Encoder(nn.Module):
     Chapter: sequence-to-sequence and Bahdanau attention.
     """
 
-    def __init__(self, vocab_size: int, d_embed: int, d_hidden: int, *, bidirectional: bool = True,
-                 pad_id: int = 0):
+    def __init__(self, vocab_size: int, d_embed: int, d_hidden: int, *, bidirectional: bool = True, pad_id: int = 0):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("d_embed", d_embed), ("d_hidden", d_hidden)):
             _checks.positive_int(name, value)
@@ -108,7 +126,7 @@ class Memory(NamedTuple):
     keys: torch.Tensor | None
     lengths: torch.Tensor
 
-    def expand(self, k: int) -> "Memory":
+    def expand(self, k: int) -> Memory:
         """The memory of a single sentence (B = 1) repeated for k hypotheses (a beam), without copying."""
         return Memory(*(None if x is None else x.expand(k, *x.shape[1:]) for x in self))
 
@@ -128,11 +146,19 @@ class Decoder(nn.Module):
     Chapter: sequence-to-sequence and Bahdanau attention.
     """
 
-    def __init__(self, vocab_size: int, d_embed: int, d_enc: int, d_hidden: int, *, d_attn: int | None = None,
-                 attention: bool = True, pad_id: int = 0):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_embed: int,
+        d_enc: int,
+        d_hidden: int,
+        *,
+        d_attn: int | None = None,
+        attention: bool = True,
+        pad_id: int = 0,
+    ):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("d_embed", d_embed), ("d_enc", d_enc),
-                            ("d_hidden", d_hidden)):
+        for name, value in (("vocab_size", vocab_size), ("d_embed", d_embed), ("d_enc", d_enc), ("d_hidden", d_hidden)):
             _checks.positive_int(name, value)
         self.vocab_size, self.d_hidden = vocab_size, d_hidden
         self.embed = nn.Embedding(vocab_size, d_embed, padding_idx=pad_id)
@@ -153,9 +179,14 @@ class Decoder(nn.Module):
         """c_t and a_t for the decoder state s_{t-1}. Shapes: s_prev (B, D) -> (B, d_enc), (B, Ts) or None."""
         if self.attention is None:
             return memory.summary, None  # (B, d_enc): the same c at every step
-        context, weights = self.attention(s_prev.unsqueeze(1), memory.annotations, memory.annotations,
-                                          memory.mask, return_weights=True,
-                                          projected_keys=memory.keys)  # (B, 1, d_enc), (B, 1, Ts)
+        context, weights = self.attention(
+            s_prev.unsqueeze(1),
+            memory.annotations,
+            memory.annotations,
+            memory.mask,
+            return_weights=True,
+            projected_keys=memory.keys,
+        )  # (B, 1, d_enc), (B, 1, Ts)
         return context.squeeze(1), weights.squeeze(1)  # (B, d_enc), (B, Ts)
 
     def step(self, y_prev: torch.Tensor, s_prev: torch.Tensor, memory: Memory):
@@ -174,12 +205,15 @@ class Decoder(nn.Module):
         Shapes: tgt_in (B, Tt) -> logits (B, Tt, V), weights (B, Tt, Ts) or None
         """
         if not isinstance(memory, Memory):
-            raise TypeError(f"memory must be a seq2seq.Memory (what Seq2Seq.encode returns), "
-                            f"got {type(memory).__name__}")
+            raise TypeError(
+                f"memory must be a seq2seq.Memory (what Seq2Seq.encode returns), got {type(memory).__name__}"
+            )
         tgt_in = _token_ids("tgt_in", tgt_in, self.vocab_size)
         if tgt_in.shape[1] == 0 or tgt_in.shape[0] != memory.summary.shape[0]:
-            raise ValueError(f"tgt_in must have shape (B, Tt) with B = {memory.summary.shape[0]} (the memory's batch) "
-                             f"and Tt >= 1, got {_checks.shape_str(tgt_in.shape)}")
+            raise ValueError(
+                f"tgt_in must have shape (B, Tt) with B = {memory.summary.shape[0]} (the memory's batch) "
+                f"and Tt >= 1, got {_checks.shape_str(tgt_in.shape)}"
+            )
         emb = self.embed(tgt_in)  # (B, Tt, E)
         s = self.start(memory)  # (B, D)
         states, contexts, weights = [], [], []
@@ -209,9 +243,20 @@ class Seq2Seq(nn.Module):
     Chapter: sequence-to-sequence and Bahdanau attention.
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_embed: int = 64, d_hidden: int = 128,
-                 d_attn: int | None = None, attention: bool = True, bidirectional: bool = True,
-                 pad_id: int = 0, bos_id: int = 2, eos_id: int = 3):
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        *,
+        d_embed: int = 64,
+        d_hidden: int = 128,
+        d_attn: int | None = None,
+        attention: bool = True,
+        bidirectional: bool = True,
+        pad_id: int = 0,
+        bos_id: int = 2,
+        eos_id: int = 3,
+    ):
         super().__init__()
         for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
             _checks.positive_int(name, value, minimum=0)
@@ -220,8 +265,9 @@ class Seq2Seq(nn.Module):
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.uses_attention = bool(attention)
         self.encoder = Encoder(src_vocab_size, d_embed, d_hidden, bidirectional=bidirectional, pad_id=pad_id)
-        self.decoder = Decoder(tgt_vocab_size, d_embed, self.encoder.d_out, d_hidden, d_attn=d_attn,
-                               attention=attention, pad_id=pad_id)
+        self.decoder = Decoder(
+            tgt_vocab_size, d_embed, self.encoder.d_out, d_hidden, d_attn=d_attn, attention=attention, pad_id=pad_id
+        )
 
     def encode(self, src: torch.Tensor, src_lengths=None) -> Memory:
         """Run the encoder once; ``src_lengths`` defaults to the full width (no padding)."""
@@ -248,8 +294,10 @@ class Seq2Seq(nn.Module):
         _checks.tensor("src", src, ndim=2)
         tgt_in = _token_ids("tgt_in", tgt_in, self.decoder.vocab_size)
         if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(f"src and tgt_in must have the same batch size, got src {_checks.shape_str(src.shape)} "
-                             f"and tgt_in {_checks.shape_str(tgt_in.shape)}")
+            raise ValueError(
+                f"src and tgt_in must have the same batch size, got src {_checks.shape_str(src.shape)} "
+                f"and tgt_in {_checks.shape_str(tgt_in.shape)}"
+            )
         if return_weights and not self.uses_attention:
             raise ValueError("return_weights=True needs a model with attention (attention=True)")
         logits, weights = self.decoder(tgt_in, self.encode(src, src_lengths))  # (B, Tt, V), (B, Tt, Ts)
@@ -276,8 +324,14 @@ def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device) -> torch.Tenso
     return out.to(device)
 
 
-def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: int = 0, bos_id: int = 2,
-               eos_id: int = 3, device=None) -> Batch:
+def make_batch(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    pad_id: int = 0,
+    bos_id: int = 2,
+    eos_id: int = 3,
+    device=None,
+) -> Batch:
     """Pad a list of (source ids, target ids) pairs into a :class:`Batch`."""
     if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__len__"):
         raise TypeError(f"pairs must be a list of (source ids, target ids) pairs, got {type(pairs).__name__}")
@@ -290,9 +344,12 @@ def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: 
         targets = [[int(i) for i in t] for _, t in pairs]
     except (TypeError, ValueError):
         raise TypeError(f"pairs must be a list of (source ids, target ids) pairs of integers, got {pairs!r}") from None
-    return Batch(_pad(sources, pad_id, device), torch.tensor([len(s) for s in sources], device=device),
-                 _pad([[bos_id] + t for t in targets], pad_id, device),
-                 _pad([t + [eos_id] for t in targets], pad_id, device))
+    return Batch(
+        _pad(sources, pad_id, device),
+        torch.tensor([len(s) for s in sources], device=device),
+        _pad([[bos_id] + t for t in targets], pad_id, device),
+        _pad([t + [eos_id] for t in targets], pad_id, device),
+    )
 
 
 def sequence_loss(model: Seq2Seq, batch: Batch) -> torch.Tensor:
@@ -395,8 +452,9 @@ def beam_search(model, src: torch.Tensor, *, beam_width: int, max_len: int) -> T
     max_len = _check_max_len(max_len)
     _checks.tensor("src", src, min_ndim=1)
     if src.dim() == 2 and src.shape[0] != 1 or src.dim() > 2:
-        raise ValueError(f"beam_search decodes one sentence: src must be (Ts,) or (1, Ts), got "
-                         f"{_checks.shape_str(src.shape)}")
+        raise ValueError(
+            f"beam_search decodes one sentence: src must be (Ts,) or (1, Ts), got {_checks.shape_str(src.shape)}"
+        )
     src = src.reshape(1, -1)  # (1, Ts)
     was_training = model.training
     model.eval()
@@ -425,8 +483,9 @@ def beam_search(model, src: torch.Tensor, *, beam_width: int, max_len: int) -> T
                 if token == model.eos_id:
                     if rank < beam_width:
                         rows = prefix_weights[row] + ([w[row]] if w is not None else [])
-                        finished.append(Translation(list(prefixes[row]), value, True,
-                                                    torch.stack(rows) if rows else None))
+                        finished.append(
+                            Translation(list(prefixes[row]), value, True, torch.stack(rows) if rows else None)
+                        )
                 elif len(alive_rows) < beam_width:
                     alive_rows.append(row)
                     alive_tokens.append(token)
@@ -446,8 +505,7 @@ def beam_search(model, src: torch.Tensor, *, beam_width: int, max_len: int) -> T
         return max(finished, key=lambda f: f.score)
     best = int(scores.argmax())  # nothing finished within max_len: the best unfinished prefix
     rows = prefix_weights[best]
-    return Translation(prefixes[best], float(scores[best]), False,
-                       torch.stack(rows) if rows else empty_w)
+    return Translation(prefixes[best], float(scores[best]), False, torch.stack(rows) if rows else empty_w)
 
 
 @torch.no_grad()
@@ -460,8 +518,9 @@ def score_sequence(model, src: torch.Tensor, tokens: Sequence[int], *, finished:
     _check_decoder_model(model)
     _checks.tensor("src", src, min_ndim=1)
     if src.dim() == 2 and src.shape[0] != 1 or src.dim() > 2:
-        raise ValueError(f"score_sequence scores one sentence: src must be (Ts,) or (1, Ts), got "
-                         f"{_checks.shape_str(src.shape)}")
+        raise ValueError(
+            f"score_sequence scores one sentence: src must be (Ts,) or (1, Ts), got {_checks.shape_str(src.shape)}"
+        )
     tokens = _checks.as_integers("tokens", tokens, what="a list of token ids")
     if tokens.dim() != 1:
         raise ValueError(f"tokens must be a flat list of token ids, got shape {_checks.shape_str(tokens.shape)}")
@@ -484,8 +543,9 @@ def score_sequence(model, src: torch.Tensor, tokens: Sequence[int], *, finished:
     return total
 
 
-def translate(model: Seq2Seq, tokens: Sequence[str], src_vocab, tgt_vocab, *, beam_width: int = 1,
-              max_len: int = 20, device=None):
+def translate(
+    model: Seq2Seq, tokens: Sequence[str], src_vocab, tgt_vocab, *, beam_width: int = 1, max_len: int = 20, device=None
+):
     """Translate a tokenised sentence: unknown words become <unk>; an empty sentence gives an empty output.
 
     Returns (source tokens as the model saw them, output tokens, weights (len(output) + finished, Ts) or None).
@@ -533,8 +593,9 @@ class PrefixTable:
         for prefix, probs in table.items():
             probs = torch.as_tensor(probs, dtype=torch.float64)
             if torch.any(probs < 0) or not math.isclose(float(probs.sum()), 1.0, abs_tol=1e-6):
-                raise ValueError(f"the row for prefix {prefix} must be probabilities summing to 1, "
-                                 f"got {probs.tolist()}")
+                raise ValueError(
+                    f"the row for prefix {prefix} must be probabilities summing to 1, got {probs.tolist()}"
+                )
             self.table[tuple(prefix)] = probs.clamp_min(1e-12).log()
         self.training = False
         self._prefixes: list[tuple[int, ...]] = []

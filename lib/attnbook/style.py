@@ -14,6 +14,7 @@ plotly figure in dark mode.
 
 Chapter: every chapter's figures; the diagrams' shapes are described in the README ("Writing a chapter").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,12 +39,34 @@ WEIGHT_SCALE = "Blues"  # the sequential scale of attention-weight heatmaps
 
 # Neutral colours of the two modes: text, muted text, lines, the paper of a diagram, its neutral boxes.
 _NEUTRAL = {
-    "light": {"ink": "#1f2933", "muted": "#57616b", "line": "#3e4c59", "paper": "#ffffff",
-              "data-f": "#ffffff", "data-s": "#52606d", "op-f": "#ffffff", "op-s": "#3e4c59",
-              "on-strong": "#ffffff", "hatch": "#9aa5b1", "panel-f": "#f4f6f8", "panel-s": "#9aa5b1"},
-    "dark": {"ink": "#e4e9ef", "muted": "#a3adb8", "line": "#b8c2cc", "paper": "#14181e",
-             "data-f": "#1e242c", "data-s": "#9aa5b1", "op-f": "#1e242c", "op-s": "#b8c2cc",
-             "on-strong": "#0f1318", "hatch": "#5f6b78", "panel-f": "#1a2028", "panel-s": "#56616e"},
+    "light": {
+        "ink": "#1f2933",
+        "muted": "#57616b",
+        "line": "#3e4c59",
+        "paper": "#ffffff",
+        "data-f": "#ffffff",
+        "data-s": "#52606d",
+        "op-f": "#ffffff",
+        "op-s": "#3e4c59",
+        "on-strong": "#ffffff",
+        "hatch": "#9aa5b1",
+        "panel-f": "#f4f6f8",
+        "panel-s": "#9aa5b1",
+    },
+    "dark": {
+        "ink": "#e4e9ef",
+        "muted": "#a3adb8",
+        "line": "#b8c2cc",
+        "paper": "#14181e",
+        "data-f": "#1e242c",
+        "data-s": "#9aa5b1",
+        "op-f": "#1e242c",
+        "op-s": "#b8c2cc",
+        "on-strong": "#0f1318",
+        "hatch": "#5f6b78",
+        "panel-f": "#1a2028",
+        "panel-s": "#56616e",
+    },
 }
 _DARK_PAPER = "#14181e"  # the page background of the book's dark mode (pydata-sphinx-theme)
 
@@ -52,7 +75,7 @@ def _rgb(hex_colour: str) -> tuple[float, float, float]:
     h = hex_colour.lstrip("#")
     if len(h) != 6:
         raise ValueError(f"expected a colour as #rrggbb, got {hex_colour!r}")
-    return tuple(int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
+    return tuple(int(h[i : i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
 
 
 def mix(a: str, b: str, t: float) -> str:
@@ -70,7 +93,7 @@ def color(role: str) -> str:
 
 @dataclass(frozen=True)
 class Shade:
-    fill: str    # pale (light mode) or deep (dark mode) tint for areas
+    fill: str  # pale (light mode) or deep (dark mode) tint for areas
     stroke: str  # outlines, lines and coloured text
 
 
@@ -103,7 +126,6 @@ PLOTLY_DARK: dict[str, object] = {
     "plot_bgcolor": "#1e252e",
     "font_color": "#dde3ea",
     "axis": {"gridcolor": "#323c48", "zerolinecolor": "#4b5765", "linecolor": "#4b5765"},
-    "slider": {"bgcolor": "#323c48", "activebgcolor": "#8a97a6", "bordercolor": "#4b5765",
-               "tickcolor": "#8a97a6"},
+    "slider": {"bgcolor": "#323c48", "activebgcolor": "#8a97a6", "bordercolor": "#4b5765", "tickcolor": "#8a97a6"},
     "legend_bgcolor": "rgba(0,0,0,0)",
 }

@@ -2,14 +2,15 @@
 
 Chapter: every chapter that trains a model; the loop itself is read in the lab (chapter 12).
 """
+
 from __future__ import annotations
 
 import math
 import os
 import random
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -42,8 +43,9 @@ def pick_device(prefer: str | None = None) -> torch.device:
         try:
             device = torch.device(prefer)
         except RuntimeError:
-            raise ValueError(f"prefer (or ATTNBOOK_DEVICE) must name a device such as 'cpu', 'cuda' or 'mps', "
-                             f"got {prefer!r}") from None
+            raise ValueError(
+                f"prefer (or ATTNBOOK_DEVICE) must name a device such as 'cpu', 'cuda' or 'mps', got {prefer!r}"
+            ) from None
         available = {
             "cpu": True,
             "cuda": torch.cuda.is_available(),
@@ -101,7 +103,7 @@ class History:
         wrong = [v for v in self.loss if isinstance(v, bool) or not isinstance(v, (int, float))]
         if wrong:
             raise TypeError(f"loss must hold numbers (one training loss per step), got {wrong[0]!r}")
-        return [sum(self.loss[max(0, i + 1 - window):i + 1]) / min(i + 1, window) for i in range(len(self.loss))]
+        return [sum(self.loss[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(self.loss))]
 
 
 def _batches(source) -> Callable[[int], object]:
@@ -222,7 +224,7 @@ def inverse_sqrt_schedule(d_model: int, warmup_steps: int) -> Callable[[int], fl
 
     def lrate(step: int) -> float:
         n = step + 1
-        return d_model ** -0.5 * min(n ** -0.5, n * warmup_steps ** -1.5)
+        return d_model**-0.5 * min(n**-0.5, n * warmup_steps**-1.5)
 
     return lrate
 

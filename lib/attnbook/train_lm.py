@@ -21,6 +21,7 @@ same updates as one process with an N times larger batch.
 
 Chapter: the lab (12).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,19 @@ from . import _checks, data, train
 from .measure import count_parameters
 from .models import GPT, TransformerConfig, lm_loss, lm_loss_sum
 
-__all__ = ["TrainConfig", "RECIPES", "scaling_lr", "scaling_recipe", "Trainer", "CheckpointError", "make_optimizer",
-           "load_checkpoint", "load_model", "train_run", "main"]
+__all__ = [
+    "TrainConfig",
+    "RECIPES",
+    "scaling_lr",
+    "scaling_recipe",
+    "Trainer",
+    "CheckpointError",
+    "make_optimizer",
+    "load_checkpoint",
+    "load_model",
+    "train_run",
+    "main",
+]
 
 CHECKPOINT_FORMAT = "attnbook.train_lm/1"
 
@@ -86,8 +98,18 @@ class TrainConfig:
     threads: int | None = None
 
     def __post_init__(self):
-        for name in ("n_layers", "n_heads", "d_model", "block_size", "batch_size", "steps", "eval_every",
-                     "eval_batch_size", "checkpoint_every", "log_every"):
+        for name in (
+            "n_layers",
+            "n_heads",
+            "d_model",
+            "block_size",
+            "batch_size",
+            "steps",
+            "eval_every",
+            "eval_batch_size",
+            "checkpoint_every",
+            "log_every",
+        ):
             _checks.positive_int(name, getattr(self, name))
         for name in ("warmup_steps", "seed", "sample_chars"):
             _checks.positive_int(name, getattr(self, name), minimum=0)
@@ -110,25 +132,38 @@ class TrainConfig:
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """The model's :class:`~attnbook.models.TransformerConfig` for a vocabulary of ``vocab_size``."""
-        return TransformerConfig(vocab_size=vocab_size, block_size=self.block_size, n_layers=self.n_layers,
-                                 n_heads=self.n_heads, d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout,
-                                 bias=self.bias, norm_position=self.norm_position, mlp=self.mlp,
-                                 positional=self.positional, tie_weights=self.tie_weights, qk_norm=self.qk_norm)
+        return TransformerConfig(
+            vocab_size=vocab_size,
+            block_size=self.block_size,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            bias=self.bias,
+            norm_position=self.norm_position,
+            mlp=self.mlp,
+            positional=self.positional,
+            tie_weights=self.tie_weights,
+            qk_norm=self.qk_norm,
+        )
 
-    def replace(self, **changes) -> "TrainConfig":
+    def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "TrainConfig":
+    def from_dict(cls, values: dict) -> TrainConfig:
         if not isinstance(values, dict):
             raise TypeError(f"a training configuration must be a mapping of fields, got {type(values).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown configuration field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"unknown configuration field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
+            )
         return cls(**values)
 
 
@@ -138,10 +173,21 @@ class TrainConfig:
 # "book" is the recipe the lab teaches: see the lab chapter and benchmarks/README.md for why each choice.
 RECIPES: dict[str, TrainConfig] = {
     "nanogpt": TrainConfig(),
-    "book": TrainConfig(n_layers=2, n_heads=4, d_model=96, block_size=64, mlp="relu", batch_size=24, steps=900,
-                        lr=6e-3, warmup_steps=40, min_lr_factor=0.05, eval_every=50, checkpoint_every=100),
+    "book": TrainConfig(
+        n_layers=2,
+        n_heads=4,
+        d_model=96,
+        block_size=64,
+        mlp="relu",
+        batch_size=24,
+        steps=900,
+        lr=6e-3,
+        warmup_steps=40,
+        min_lr_factor=0.05,
+        eval_every=50,
+        checkpoint_every=100,
+    ),
 }
-
 
 
 def scaling_lr(d_model: int) -> float:
@@ -153,8 +199,9 @@ def scaling_lr(d_model: int) -> float:
     return 0.03 * (16 / _checks.positive_int("d_model", d_model)) ** 0.75
 
 
-def scaling_recipe(n_layers: int, d_model: int, n_heads: int, tokens: int, *, seed: int = 0, batch_size: int = 16,
-                   block_size: int = 64) -> TrainConfig:
+def scaling_recipe(
+    n_layers: int, d_model: int, n_heads: int, tokens: int, *, seed: int = 0, batch_size: int = 16, block_size: int = 64
+) -> TrainConfig:
     """The book's recipe resized for the scaling grid: a model shape and a budget of training tokens.
 
     Everything else is the lab's recipe; the rule that changes with the size is the peak learning rate
@@ -169,15 +216,33 @@ def scaling_recipe(n_layers: int, d_model: int, n_heads: int, tokens: int, *, se
     steps = tokens // (batch_size * block_size)
     if steps < 10:
         raise ValueError(f"tokens must buy at least 10 steps of {batch_size} x {block_size} tokens, got {tokens}")
-    return RECIPES["book"].replace(n_layers=n_layers, d_model=d_model, n_heads=n_heads, batch_size=batch_size,
-                                   block_size=block_size, steps=steps, lr=scaling_lr(d_model),
-                                   warmup_steps=max(5, steps // 20), min_lr_factor=0.1, seed=seed, eval_every=steps,
-                                   checkpoint_every=steps, sample_chars=0)
+    return RECIPES["book"].replace(
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        batch_size=batch_size,
+        block_size=block_size,
+        steps=steps,
+        lr=scaling_lr(d_model),
+        warmup_steps=max(5, steps // 20),
+        min_lr_factor=0.1,
+        seed=seed,
+        eval_every=steps,
+        checkpoint_every=steps,
+        sample_chars=0,
+    )
 
 
 # fields that may differ when a run is resumed: they change what is logged or saved, not what is computed
-_RESUMABLE_CHANGES = {"eval_every", "checkpoint_every", "log_every", "sample_chars", "device", "threads",
-                      "eval_batch_size"}
+_RESUMABLE_CHANGES = {
+    "eval_every",
+    "checkpoint_every",
+    "log_every",
+    "sample_chars",
+    "device",
+    "threads",
+    "eval_batch_size",
+}
 
 
 class CheckpointError(ValueError):
@@ -243,8 +308,9 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = make_optimizer(self.model, config)
-        self.schedule = train.cosine_schedule(config.steps, warmup_steps=config.warmup_steps,
-                                              min_factor=config.min_lr_factor)
+        self.schedule = train.cosine_schedule(
+            config.steps, warmup_steps=config.warmup_steps, min_factor=config.min_lr_factor
+        )
         self.step = 0
         self.train_seconds = 0.0  # time spent in train_step, summed over resumed segments
 
@@ -295,8 +361,9 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean cross-entropy on the whole validation split (shared out among the processes)."""
-        total, count = lm_loss_sum(self.model, self.val_ids, batch_size=self.config.eval_batch_size,
-                                   shard=(self.rank, self.world_size))
+        total, count = lm_loss_sum(
+            self.model, self.val_ids, batch_size=self.config.eval_batch_size, shard=(self.rank, self.world_size)
+        )
         if self.distributed:
             t = torch.tensor([total, count], dtype=torch.float64, device=self.device)
             dist.all_reduce(t)
@@ -334,13 +401,17 @@ class Trainer:
         saved = {**TrainConfig().to_dict(), **ckpt["train_config"]}
         differences = _config_differences(saved, self.config.to_dict(), ignore=_RESUMABLE_CHANGES)
         if differences:
-            raise CheckpointError(f"{path} was written by a run with a different configuration ({differences}); "
-                                  "resume with the same configuration, or start a new run in another --out folder")
+            raise CheckpointError(
+                f"{path} was written by a run with a different configuration ({differences}); "
+                "resume with the same configuration, or start a new run in another --out folder"
+            )
         if ckpt["chars"] != self.tokenizer.chars:
             raise CheckpointError(f"{path} was trained on another vocabulary ({len(ckpt['chars'])} characters)")
         if ckpt["world_size"] != self.world_size:
-            raise CheckpointError(f"{path} was written by a run on {ckpt['world_size']} process(es), this run has "
-                                  f"{self.world_size}: the global batch would change; resume with the same number")
+            raise CheckpointError(
+                f"{path} was written by a run on {ckpt['world_size']} process(es), this run has "
+                f"{self.world_size}: the global batch would change; resume with the same number"
+            )
         _load_model_state(self.model, ckpt["model"], path)
         try:
             self.optimizer.load_state_dict(ckpt["optimizer"])
@@ -358,7 +429,9 @@ class Trainer:
 
 def _config_differences(saved: dict, current: dict, *, ignore=()) -> str:
     keys = sorted((set(saved) | set(current)) - set(ignore))
-    diffs = [f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)]
+    diffs = [
+        f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)
+    ]
     return "; ".join(diffs)
 
 
@@ -372,14 +445,27 @@ def _read_checkpoint(path, *, map_location=None) -> dict:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # truncated files, other pickles, random bytes: all refused the same way
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CheckpointError(f"path {str(path)!r} is not a readable checkpoint (corrupted or not written by "
-                              f"attnbook.train_lm): {message}") from None
-    required = {"format", "step", "train_seconds", "world_size", "train_config", "model_config", "chars", "model",
-                "optimizer"}
+        raise CheckpointError(
+            f"path {str(path)!r} is not a readable checkpoint (corrupted or not written by "
+            f"attnbook.train_lm): {message}"
+        ) from None
+    required = {
+        "format",
+        "step",
+        "train_seconds",
+        "world_size",
+        "train_config",
+        "model_config",
+        "chars",
+        "model",
+        "optimizer",
+    }
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not required <= set(ckpt):
         found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise CheckpointError(f"path {str(path)!r} is not an attnbook.train_lm checkpoint (expected format "
-                              f"{CHECKPOINT_FORMAT!r}, found {found!r})")
+        raise CheckpointError(
+            f"path {str(path)!r} is not an attnbook.train_lm checkpoint (expected format "
+            f"{CHECKPOINT_FORMAT!r}, found {found!r})"
+        )
     return ckpt
 
 
@@ -387,8 +473,11 @@ def _load_model_state(model: torch.nn.Module, state: dict, path) -> None:
     ours = model.state_dict()
     missing = sorted(set(ours) - set(state))
     unexpected = sorted(set(state) - set(ours))
-    shapes = [f"{k}: checkpoint {tuple(state[k].shape)}, model {tuple(ours[k].shape)}"
-              for k in sorted(set(ours) & set(state)) if tuple(state[k].shape) != tuple(ours[k].shape)]
+    shapes = [
+        f"{k}: checkpoint {tuple(state[k].shape)}, model {tuple(ours[k].shape)}"
+        for k in sorted(set(ours) & set(state))
+        if tuple(state[k].shape) != tuple(ours[k].shape)
+    ]
     if missing or unexpected or shapes:
         parts = []
         if missing:
@@ -428,8 +517,11 @@ class _Log:
         if resume_step is None or not path.exists():
             path.write_text("")
             return
-        kept = [line for line in path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+        kept = [
+            line
+            for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= resume_step
+        ]
         path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, **record) -> None:
@@ -438,8 +530,13 @@ class _Log:
                 handle.write(json.dumps(record) + "\n")
 
 
-def train_run(config: TrainConfig, out_dir: str | os.PathLike | None = None, *, resume: bool = False,
-              stop_after: int | None = None) -> dict:
+def train_run(
+    config: TrainConfig,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    resume: bool = False,
+    stop_after: int | None = None,
+) -> dict:
     """Train (or resume) one run; returns a summary (steps, losses, times). Used by :func:`main`.
 
     ``stop_after`` ends the run after that many steps as if interrupted (with a checkpoint), for tests.
@@ -464,8 +561,12 @@ def train_run(config: TrainConfig, out_dir: str | os.PathLike | None = None, *, 
     if trainer.step == 0:
         last_val = trainer.evaluate()
         log.write(step=0, val_loss=last_val, train_seconds=0.0)
-    bar = train.progress(total=c.steps, initial=trainer.step, desc=f"training (rank {trainer.rank})",
-                         disable=not rank0 or os.environ.get("ATTNBOOK_PROGRESS", "1") == "0")
+    bar = train.progress(
+        total=c.steps,
+        initial=trainer.step,
+        desc=f"training (rank {trainer.rank})",
+        disable=not rank0 or os.environ.get("ATTNBOOK_PROGRESS", "1") == "0",
+    )
     interrupted = False
     try:
         while trainer.step < c.steps:
@@ -490,9 +591,16 @@ def train_run(config: TrainConfig, out_dir: str | os.PathLike | None = None, *, 
         bar.close()
     if interrupted and ckpt_path is not None:
         trainer.save(ckpt_path)
-    summary = {"step": trainer.step, "steps": c.steps, "finished": trainer.step >= c.steps,
-               "resumed_from": resumed_from, "val_loss": last_val, "train_seconds": trainer.train_seconds,
-               "n_params": trainer.n_params, "world_size": trainer.world_size}
+    summary = {
+        "step": trainer.step,
+        "steps": c.steps,
+        "finished": trainer.step >= c.steps,
+        "resumed_from": resumed_from,
+        "val_loss": last_val,
+        "train_seconds": trainer.train_seconds,
+        "n_params": trainer.n_params,
+        "world_size": trainer.world_size,
+    }
     if rank0 and out is not None and summary["finished"] and c.sample_chars:
         (out / "samples.txt").write_text(trainer.sample("\n", c.sample_chars))
     if rank0 and out is not None:
@@ -501,8 +609,9 @@ def train_run(config: TrainConfig, out_dir: str | os.PathLike | None = None, *, 
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m attnbook.train_lm",
-                                     description="Train the lab's character-level GPT on Tiny Shakespeare.")
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook.train_lm", description="Train the lab's character-level GPT on Tiny Shakespeare."
+    )
     parser.add_argument("--out", default=None, help="folder for config.json, log.jsonl, ckpt.pt, samples.txt")
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="book", help="the starting configuration")
     parser.add_argument("--config", default=None, help="a JSON or TOML file of TrainConfig fields (over the recipe)")
@@ -540,7 +649,9 @@ def _read_config_file(path: str) -> dict:
             return tomllib.loads(text)
         return json.loads(text)
     except ValueError as error:
-        raise SystemExit(f"--config: {path} is not valid {'TOML' if file.suffix == '.toml' else 'JSON'}: {error}")
+        raise SystemExit(
+            f"--config: {path} is not valid {'TOML' if file.suffix == '.toml' else 'JSON'}: {error}"
+        ) from error
 
 
 def config_from_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
@@ -549,8 +660,9 @@ def config_from_args(argv: list[str] | None = None) -> tuple[TrainConfig, argpar
     values = RECIPES[args.recipe].to_dict()
     if args.config:
         values.update(_read_config_file(args.config))
-    values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                   if getattr(args, f.name) is not None})
+    values.update(
+        {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
+    )
     try:
         return TrainConfig.from_dict(values), args
     except (TypeError, ValueError) as error:
@@ -575,9 +687,11 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
     if summary["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:
         state = "finished" if summary["finished"] else "stopped (resume with --resume)"
-        print(f"{state} at step {summary['step']}/{summary['steps']}: validation loss {summary['val_loss']:.4f}, "
-              f"{summary['train_seconds']:.1f} s of training, {summary['n_params']:,} parameters"
-              + (f", output in {args.out}" if args.out else ""))
+        print(
+            f"{state} at step {summary['step']}/{summary['steps']}: validation loss {summary['val_loss']:.4f}, "
+            f"{summary['train_seconds']:.1f} s of training, {summary['n_params']:,} parameters"
+            + (f", output in {args.out}" if args.out else "")
+        )
     return 0
 
 

@@ -18,12 +18,13 @@ linear map E (equation 1 of Dosovitskiy et al., 2021)::
 
 Chapter: vision transformers (10).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +69,7 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
 
 # --- Input checks --------------------------------------------------------------------------------------
 
+
 def _pair(name: str, value) -> tuple[int, int]:
     """An int n as (n, n), or a pair of positive ints."""
     if isinstance(value, (tuple, list)) and len(value) == 2:
@@ -81,8 +83,10 @@ def _divisible(name: str, what: str, size: int, patch_size: int) -> int:
     if size % patch_size:
         lower, upper = (size // patch_size) * patch_size, (size // patch_size + 1) * patch_size
         fix = f"crop or resize to {lower} or pad to {upper}" if lower else f"resize or pad to {upper}"
-        raise ValueError(f"the image {what} of {name} is {size}, not divisible by patch_size={patch_size} "
-                         f"({size} = {size // patch_size} * {patch_size} + {size % patch_size}); {fix}")
+        raise ValueError(
+            f"the image {what} of {name} is {size}, not divisible by patch_size={patch_size} "
+            f"({size} = {size // patch_size} * {patch_size} + {size % patch_size}); {fix}"
+        )
     return size // patch_size
 
 
@@ -95,8 +99,10 @@ def grid_size(image_size, patch_size: int) -> tuple[int, int]:
     """
     height, width = _pair("image_size", image_size)
     _checks.positive_int("patch_size", patch_size)
-    return (_divisible("image_size", "height", height, patch_size),
-            _divisible("image_size", "width", width, patch_size))
+    return (
+        _divisible("image_size", "height", height, patch_size),
+        _divisible("image_size", "width", width, patch_size),
+    )
 
 
 def n_tokens(image_size, patch_size: int, *, class_token: bool = True) -> int:
@@ -108,23 +114,28 @@ def n_tokens(image_size, patch_size: int, *, class_token: bool = True) -> int:
     return grid_h * grid_w + int(bool(class_token))
 
 
-def _check_images(images, patch_size: int, in_channels: int | None = None, image_size=None,
-                  module: nn.Module | None = None) -> torch.Tensor:
+def _check_images(
+    images, patch_size: int, in_channels: int | None = None, image_size=None, module: nn.Module | None = None
+) -> torch.Tensor:
     """A batch of channels-first images (B, C, H, W) with H and W multiples of the patch size (and the dtype
     and device of ``module``'s parameters)."""
     _checks.tensor("images", images, floating=True)
     if images.dim() != 4:
         hint = " (a single image? add a batch dimension with images[None])" if images.dim() == 3 else ""
-        raise ValueError(f"images must have 4 dimensions (B, C, H, W), got shape {_checks.shape_str(images.shape)}"
-                         f"{hint}")
+        raise ValueError(
+            f"images must have 4 dimensions (B, C, H, W), got shape {_checks.shape_str(images.shape)}{hint}"
+        )
     if in_channels is not None and images.shape[1] != in_channels:
-        hint = (" (channels-last images? use images.permute(0, 3, 1, 2))"
-                if images.shape[-1] == in_channels else "")
-        raise ValueError(f"images must have in_channels={in_channels} channels in dimension 1 (B, C, H, W), "
-                         f"got shape {_checks.shape_str(images.shape)}{hint}")
+        hint = " (channels-last images? use images.permute(0, 3, 1, 2))" if images.shape[-1] == in_channels else ""
+        raise ValueError(
+            f"images must have in_channels={in_channels} channels in dimension 1 (B, C, H, W), "
+            f"got shape {_checks.shape_str(images.shape)}{hint}"
+        )
     if image_size is not None and tuple(images.shape[-2:]) != tuple(image_size):
-        raise ValueError(f"images must be {image_size[0]} x {image_size[1]} (the model's image_size: its position "
-                         f"embeddings are made for that grid), got shape {_checks.shape_str(images.shape)}")
+        raise ValueError(
+            f"images must be {image_size[0]} x {image_size[1]} (the model's image_size: its position "
+            f"embeddings are made for that grid), got shape {_checks.shape_str(images.shape)}"
+        )
     _divisible("images", "height", images.shape[-2], patch_size)
     _divisible("images", "width", images.shape[-1], patch_size)
     if module is not None:
@@ -133,6 +144,7 @@ def _check_images(images, patch_size: int, in_channels: int | None = None, image
 
 
 # --- Patches -------------------------------------------------------------------------------------------
+
 
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Cut images into non-overlapping P x P patches and flatten each one, channel by channel.
@@ -171,8 +183,10 @@ def unpatchify(patches: torch.Tensor, patch_size: int, image_size, in_channels: 
     B, T, K = patches.shape
     C = K // (P * P) if in_channels is None else _checks.positive_int("in_channels", in_channels)
     if T != grid_h * grid_w or K != C * P * P:
-        raise ValueError(f"patches must have shape (B, T={grid_h * grid_w}, C*P*P={C * P * P}) for {H} x {W} images "
-                         f"with patch_size={P}, got shape {_checks.shape_str(patches.shape)}")
+        raise ValueError(
+            f"patches must have shape (B, T={grid_h * grid_w}, C*P*P={C * P * P}) for {H} x {W} images "
+            f"with patch_size={P}, got shape {_checks.shape_str(patches.shape)}"
+        )
     x = patches.reshape(B, grid_h, grid_w, C, P, P)  # (B, Hg, Wg, C, P, P)
     x = x.permute(0, 3, 1, 4, 2, 5)  # (B, C, Hg, P, Wg, P)
     return x.reshape(B, C, H, W)  # (B, C, H, W)
@@ -193,7 +207,7 @@ class LinearPatchEmbedding(nn.Module):
         self.in_channels = _checks.positive_int("in_channels", in_channels)
         self.patch_size = _checks.positive_int("patch_size", patch_size)
         self.d_model = _checks.positive_int("d_model", d_model)
-        self.E = nn.Linear(in_channels * patch_size ** 2, d_model, bias=bias)  # weight (D, C*P*P)
+        self.E = nn.Linear(in_channels * patch_size**2, d_model, bias=bias)  # weight (D, C*P*P)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _check_images(images, self.patch_size, self.in_channels, module=self)
@@ -226,7 +240,7 @@ class ConvPatchEmbedding(nn.Module):
         self.E = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size, bias=bias)
 
     @classmethod
-    def from_linear(cls, embedding: LinearPatchEmbedding) -> "ConvPatchEmbedding":
+    def from_linear(cls, embedding: LinearPatchEmbedding) -> ConvPatchEmbedding:
         """A ConvPatchEmbedding whose kernels are the (shared, not copied) parameters of ``embedding``."""
         if not isinstance(embedding, LinearPatchEmbedding):
             raise TypeError(f"embedding must be a LinearPatchEmbedding, got {type(embedding).__name__}")
@@ -248,6 +262,7 @@ class ConvPatchEmbedding(nn.Module):
 
 
 # --- The classifier ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ViTConfig:
@@ -283,28 +298,36 @@ class ViTConfig:
             _checks.positive_int(name, getattr(self, name))
         grid_size(self.image_size, self.patch_size)
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}")
-        object.__setattr__(self, "d_ff", 4 * self.d_model if self.d_ff is None else _checks.positive_int("d_ff", self.d_ff))
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}"
+            )
+        object.__setattr__(
+            self, "d_ff", 4 * self.d_model if self.d_ff is None else _checks.positive_int("d_ff", self.d_ff)
+        )
         p = _checks.positive_float("dropout", self.dropout, allow_zero=True)
         if p >= 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         for name, options in (("pool", POOLS), ("positions", POSITIONS), ("patch_embedding", PATCH_EMBEDDINGS)):
             if getattr(self, name) not in options:
-                raise ValueError(f"{name} must be one of {', '.join(repr(o) for o in options)}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be one of {', '.join(repr(o) for o in options)}, got {getattr(self, name)!r}"
+                )
         if self.positions == "sinusoidal2d" and self.d_model % 4:
-            raise ValueError(f"positions='sinusoidal2d' needs d_model divisible by 4 (sine/cosine pairs for rows and "
-                             f"for columns), got d_model={self.d_model}")
+            raise ValueError(
+                f"positions='sinusoidal2d' needs d_model divisible by 4 (sine/cosine pairs for rows and "
+                f"for columns), got d_model={self.d_model}"
+            )
         _checks.positive_float("eps", self.eps)
 
     @classmethod
-    def preset(cls, name: str, **changes) -> "ViTConfig":
+    def preset(cls, name: str, **changes) -> ViTConfig:
         """The configuration of ViT-Base, -Large or -Huge (Table 1 of the paper), with fields changed by ``changes``."""
         if name not in PRESETS:
             raise ValueError(f"name must be one of {', '.join(repr(p) for p in PRESETS)}, got {name!r}")
         n_layers, d_model, d_ff, n_heads = PRESETS[name]
         return cls(**{**dict(n_layers=n_layers, d_model=d_model, d_ff=d_ff, n_heads=n_heads), **changes})
 
-    def replace(self, **changes) -> "ViTConfig":
+    def replace(self, **changes) -> ViTConfig:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 
@@ -358,12 +381,17 @@ class ViT(nn.Module):
         if c.positions == "learned":
             self.pos_embed = nn.Parameter(torch.randn(c.n_tokens, c.d_model) * 0.02)  # (T, D)
         else:
-            pe = sinusoidal_2d(*c.grid, c.d_model) if c.positions == "sinusoidal2d" else torch.zeros(c.n_patches, c.d_model)
+            pe = (
+                sinusoidal_2d(*c.grid, c.d_model)
+                if c.positions == "sinusoidal2d"
+                else torch.zeros(c.n_patches, c.d_model)
+            )
             self.register_buffer("patch_positions", pe, persistent=False)  # (T, D), fixed
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             EncoderBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, mlp="gelu", norm_position="pre", eps=c.eps)
-            for _ in range(c.n_layers))
+            for _ in range(c.n_layers)
+        )
         self.norm = nn.LayerNorm(c.d_model, eps=c.eps)
         self.head = nn.Linear(c.d_model, c.n_classes)
 
@@ -425,6 +453,7 @@ def vit_parameter_count(config: ViTConfig) -> dict[str, int]:
 
 # --- Where the class token looks -----------------------------------------------------------------------
 
+
 def _check_weights(weights) -> list[torch.Tensor]:
     if isinstance(weights, torch.Tensor):
         weights = [weights]
@@ -434,16 +463,19 @@ def _check_weights(weights) -> list[torch.Tensor]:
     for i, w in enumerate(weights):
         _checks.tensor(f"weights[{i}]", w, ndim=4, floating=True)
         if w.shape[-1] != w.shape[-2] or w.shape != weights[0].shape:
-            raise ValueError(f"weights must all have one shape (B, H, T, T), got {_checks.shape_str(w.shape)} "
-                             f"at index {i}")
+            raise ValueError(
+                f"weights must all have one shape (B, H, T, T), got {_checks.shape_str(w.shape)} at index {i}"
+            )
     return weights
 
 
 def _to_grid(row: torch.Tensor, grid: Sequence[int]) -> torch.Tensor:
     grid_h, grid_w = _pair("grid", tuple(grid))
     if row.shape[-1] != grid_h * grid_w + 1:
-        raise ValueError(f"the weights have T={row.shape[-1]} tokens, but a class token and a {grid_h} x {grid_w} "
-                         f"grid of patches make {grid_h * grid_w + 1}")
+        raise ValueError(
+            f"the weights have T={row.shape[-1]} tokens, but a class token and a {grid_h} x {grid_w} "
+            f"grid of patches make {grid_h * grid_w + 1}"
+        )
     return row[..., 1:].reshape(*row.shape[:-1], grid_h, grid_w)  # (..., Hg, Wg)
 
 
@@ -491,6 +523,7 @@ def attention_rollout(weights, grid, *, residual: float = 0.5) -> torch.Tensor:
 
 # --- The convolutional baseline ------------------------------------------------------------------------
 
+
 class SmallCNN(nn.Module):
     """A small convolutional classifier: 3 x 3 convolutions with batch norm and ReLU, one 2 x 2 max-pool,
     global average pooling, a linear head.
@@ -530,6 +563,7 @@ class SmallCNN(nn.Module):
 
 # --- Training recipe -----------------------------------------------------------------------------------
 
+
 @torch.no_grad()
 def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 512) -> float:
     """The fraction of ``images`` (B, C, H, W) whose arg-max logit is their label (B,); in eval mode.
@@ -548,15 +582,21 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     device = next(model.parameters()).device
     correct = 0
     for start in range(0, images.shape[0], batch_size):
-        x = images[start:start + batch_size].to(device)
-        y = labels[start:start + batch_size].to(device)
+        x = images[start : start + batch_size].to(device)
+        y = labels[start : start + batch_size].to(device)
         correct += int((model(x).argmax(dim=-1) == y).sum())
     model.train(was_training)
     return correct / images.shape[0]
 
 
-def random_affine(images: torch.Tensor, *, rotate: float = 0.0, shift: float = 0.0, scale: float = 0.0,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+def random_affine(
+    images: torch.Tensor,
+    *,
+    rotate: float = 0.0,
+    shift: float = 0.0,
+    scale: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Rotate, move and zoom each image by a small random amount (data augmentation), with bilinear sampling.
 
     Each image gets its own angle in [-rotate, rotate] degrees, shift in [-shift, shift] pixels along each
@@ -570,8 +610,10 @@ def random_affine(images: torch.Tensor, *, rotate: float = 0.0, shift: float = 0
     Chapter: vision transformers.
     """
     _checks.tensor("images", images, ndim=4, floating=True)
-    rotate, shift, scale = (_checks.positive_float(n, v, allow_zero=True)
-                            for n, v in (("rotate", rotate), ("shift", shift), ("scale", scale)))
+    rotate, shift, scale = (
+        _checks.positive_float(n, v, allow_zero=True)
+        for n, v in (("rotate", rotate), ("shift", shift), ("scale", scale))
+    )
     if rotate == shift == scale == 0.0:
         return images
     B, _, H, W = images.shape
@@ -583,8 +625,13 @@ def random_affine(images: torch.Tensor, *, rotate: float = 0.0, shift: float = 0
     zoom = 1.0 + uniform(scale)  # (B,)
     cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom  # (B,), (B,)
     # a rotation in pixels, written in the coordinates of affine_grid, which run from -1 to 1 along each side
-    theta = torch.stack([torch.stack([cos, -sin * H / W, uniform(2 * shift / W)], dim=-1),
-                         torch.stack([sin * W / H, cos, uniform(2 * shift / H)], dim=-1)], dim=1)  # (B, 2, 3)
+    theta = torch.stack(
+        [
+            torch.stack([cos, -sin * H / W, uniform(2 * shift / W)], dim=-1),
+            torch.stack([sin * W / H, cos, uniform(2 * shift / H)], dim=-1),
+        ],
+        dim=1,
+    )  # (B, 2, 3)
     grid = F.affine_grid(theta.to(images.dtype).to(images.device), list(images.shape), align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)  # (B, C, H, W)
 
@@ -592,10 +639,23 @@ def random_affine(images: torch.Tensor, *, rotate: float = 0.0, shift: float = 0
 __all__ += ["random_affine"]
 
 
-def fit_classifier(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, steps: int,
-                   batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.05, warmup: int = 0,
-                   label_smoothing: float = 0.0, augment: dict | None = None, seed: int = 0, desc: str = "training",
-                   evaluate=None, eval_every: int = 0) -> train.History:
+def fit_classifier(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    weight_decay: float = 0.05,
+    warmup: int = 0,
+    label_smoothing: float = 0.0,
+    augment: dict | None = None,
+    seed: int = 0,
+    desc: str = "training",
+    evaluate=None,
+    eval_every: int = 0,
+) -> train.History:
     """Train an image classifier with AdamW, cross-entropy and a cosine learning-rate schedule.
 
     Batches of ``batch_size`` (at most the whole training set) are drawn without replacement from
@@ -633,5 +693,14 @@ def fit_classifier(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     schedule = train.cosine_schedule(steps, warmup_steps=warmup, min_factor=0.0)
-    return train.fit(model, batch, loss_fn, steps=steps, optimizer=optimizer, schedule=schedule,
-                     desc=desc, evaluate=evaluate, eval_every=eval_every)
+    return train.fit(
+        model,
+        batch,
+        loss_fn,
+        steps=steps,
+        optimizer=optimizer,
+        schedule=schedule,
+        desc=desc,
+        evaluate=evaluate,
+        eval_every=eval_every,
+    )

@@ -6,10 +6,11 @@ ipywidgets is imported only when an explorer is built.
 
 Chapter: queries, keys and values (temperature, heatmaps); later chapters add their own explorers.
 """
+
 from __future__ import annotations
 
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -17,8 +18,10 @@ from . import viz
 
 __all__ = ["enable_colab_widgets", "picture_html", "explorer", "temperature_explorer", "heatmap_explorer"]
 
-CAPTION = ("<small>Live explorer: move the slider in a running notebook (Colab or Jupyter). "
-           "In the HTML book it shows its first state; use the interactive figure above instead.</small>")
+CAPTION = (
+    "<small>Live explorer: move the slider in a running notebook (Colab or Jupyter). "
+    "In the HTML book it shows its first state; use the interactive figure above instead.</small>"
+)
 
 
 def enable_colab_widgets() -> bool:
@@ -70,14 +73,23 @@ def explorer(slider, draw: Callable[[object], object], *, title: str = ""):
     return widgets.VBox(parts + [slider, picture, widgets.HTML(CAPTION)])
 
 
-def temperature_explorer(scores, labels: Sequence[str] | None = None, *, t_min: float = 0.02,
-                         t_max: float = 20.0, value: float = 1.0):
+def temperature_explorer(
+    scores, labels: Sequence[str] | None = None, *, t_min: float = 0.02, t_max: float = 20.0, value: float = 1.0
+):
     """Bars of softmax(scores / τ) redrawn as the temperature slider moves (log scale)."""
     import ipywidgets as widgets
 
     s = viz.to_numpy(scores).reshape(-1)
-    slider = widgets.FloatLogSlider(value=value, base=10, min=np.log10(t_min), max=np.log10(t_max), step=0.02,
-                                    description="τ", continuous_update=True, readout_format=".3g")
+    slider = widgets.FloatLogSlider(
+        value=value,
+        base=10,
+        min=np.log10(t_min),
+        max=np.log10(t_max),
+        step=0.02,
+        description="τ",
+        continuous_update=True,
+        readout_format=".3g",
+    )
 
     def draw(t: float):
         e = np.exp((s - s.max()) / t)
@@ -86,8 +98,9 @@ def temperature_explorer(scores, labels: Sequence[str] | None = None, *, t_min: 
     return explorer(slider, draw, title="Softmax with temperature")
 
 
-def heatmap_explorer(weights_list, x_labels_list=None, y_labels_list=None, step_labels=None, *,
-                     description: str = "step"):
+def heatmap_explorer(
+    weights_list, x_labels_list=None, y_labels_list=None, step_labels=None, *, description: str = "step"
+):
     """Attention heatmaps with a slider over them (sentences, heads, layers...)."""
     import ipywidgets as widgets
 
@@ -95,8 +108,7 @@ def heatmap_explorer(weights_list, x_labels_list=None, y_labels_list=None, step_
     if not mats:
         raise ValueError("weights_list is empty")
     names = [str(i) for i in range(len(mats))] if step_labels is None else [str(s) for s in step_labels]
-    slider = widgets.SelectionSlider(options=[(n, i) for i, n in enumerate(names)],
-                                     value=0, description=description)
+    slider = widgets.SelectionSlider(options=[(n, i) for i, n in enumerate(names)], value=0, description=description)
 
     def draw(i: int):
         x = None if x_labels_list is None else x_labels_list[i]
@@ -132,8 +144,9 @@ def multi_explorer(sliders: dict, draw: Callable[..., object], *, title: str = "
     return widgets.VBox(parts + list(sliders.values()) + [picture, widgets.HTML(CAPTION)])
 
 
-def positional_encoding_explorer(*, n_positions: int = 100, d_model: int = 64, dim: int = 4,
-                                 d_models: Sequence[int] = (16, 32, 64, 128, 256, 512)):
+def positional_encoding_explorer(
+    *, n_positions: int = 100, d_model: int = 64, dim: int = 4, d_models: Sequence[int] = (16, 32, 64, 128, 256, 512)
+):
     """One dimension of the sinusoidal positional encoding, with sliders for the dimension and d_model."""
     import ipywidgets as widgets
 
@@ -143,8 +156,9 @@ def positional_encoding_explorer(*, n_positions: int = 100, d_model: int = 64, d
     def draw(dim: int, d_model: int):
         return viz.positional_waveform_mpl(d_model, dim, n_positions=n_positions)
 
-    return multi_explorer({"dim": dim_slider, "d_model": d_slider}, draw,
-                          title="Sinusoidal positional encoding: one dimension")
+    return multi_explorer(
+        {"dim": dim_slider, "d_model": d_slider}, draw, title="Sinusoidal positional encoding: one dimension"
+    )
 
 
 # --- Translate what the reader types, and show where the model looked ----------------------------------
@@ -153,8 +167,14 @@ def positional_encoding_explorer(*, n_positions: int = 100, d_model: int = 64, d
 __all__ += ["translation_explorer"]
 
 
-def translation_explorer(translate: Callable[[str], tuple], value: str = "", *, description: str = "input",
-                         x_title: str = "source", y_title: str = "output"):
+def translation_explorer(
+    translate: Callable[[str], tuple],
+    value: str = "",
+    *,
+    description: str = "input",
+    x_title: str = "source",
+    y_title: str = "output",
+):
     """A text box: type a sentence, press Enter, and see the output and its attention heatmap.
 
     ``translate(text)`` returns (source tokens, output tokens, weights of shape (steps, len(source))): the
@@ -164,16 +184,16 @@ def translation_explorer(translate: Callable[[str], tuple], value: str = "", *, 
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
 
-    box = widgets.Text(value=value, description=description, continuous_update=False,
-                       layout=widgets.Layout(width="32em"))
+    box = widgets.Text(
+        value=value, description=description, continuous_update=False, layout=widgets.Layout(width="32em")
+    )
 
     def draw(text: str):
         source, output, weights = translate(text)
         if weights is None or len(source) == 0 or len(output) == 0:
             fig, ax = plt.subplots(figsize=(4, 1.2))
             ax.axis("off")
-            ax.text(0.5, 0.5, "(empty input)" if len(source) == 0 else "(empty output)", ha="center",
-                    va="center")
+            ax.text(0.5, 0.5, "(empty input)" if len(source) == 0 else "(empty output)", ha="center", va="center")
             return fig
         rows = list(output) + ["<eos>"] * (weights.shape[0] - len(output))
         fig = viz.heatmap_mpl(weights, source, rows, title=" ".join(output))
@@ -200,16 +220,23 @@ class LiveCurve:
     the finished curve.
     """
 
-    def __init__(self, *, title: str = "", x_title: str = "step", y_title: str = "loss", log_y: bool = False,
-                 y_range=None):
+    def __init__(
+        self, *, title: str = "", x_title: str = "step", y_title: str = "loss", log_y: bool = False, y_range=None
+    ):
         import ipywidgets as widgets
 
         enable_colab_widgets()
         self.title, self.x_title, self.y_title, self.log_y, self.y_range = title, x_title, y_title, log_y, y_range
         self.picture = widgets.HTML()
-        self.widget = widgets.VBox([self.picture, widgets.HTML(
-            "<small>Redrawn while the model trains; the interactive figure below the training cell shows "
-            "the same curves.</small>")])
+        self.widget = widgets.VBox(
+            [
+                self.picture,
+                widgets.HTML(
+                    "<small>Redrawn while the model trains; the interactive figure below the training cell shows "
+                    "the same curves.</small>"
+                ),
+            ]
+        )
 
     def update(self, curves: dict) -> None:
         """Redraw with ``curves = {name: (xs, ys)}``."""
@@ -217,8 +244,13 @@ class LiveCurve:
 
         fig, ax = plt.subplots(figsize=(6.5, 3.2))
         for name, (xs, ys) in curves.items():
-            ax.plot(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), label=name,
-                    marker="o" if len(xs) < 30 else None, markersize=3)
+            ax.plot(
+                np.asarray(xs, dtype=float),
+                np.asarray(ys, dtype=float),
+                label=name,
+                marker="o" if len(xs) < 30 else None,
+                markersize=3,
+            )
         if self.log_y:
             ax.set_yscale("log")
         if self.y_range is not None:

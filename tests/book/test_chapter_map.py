@@ -1,4 +1,5 @@
 """The chapter map on the front page: chapters from _toc.yml, dependencies from each chapter's "Builds on" line."""
+
 import re
 import sys
 from pathlib import Path

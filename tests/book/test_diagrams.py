@@ -1,5 +1,6 @@
 """The diagrams: drawn from their sources, used by the chapters with alt text and a caption, legible in both
 colour modes, and turned into numbered inline figures by the book."""
+
 from __future__ import annotations
 
 import re
@@ -7,7 +8,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from attnbook import style
 from attnbook_book import diagrams, figures, notebooks
 from attnbook_book.diagrams import svg
@@ -24,6 +24,7 @@ def uses() -> list[tuple[Path, re.Match]]:
 
 
 # --- the files are the sources' output ---------------------------------------------------------------------
+
 
 def test_every_diagram_file_is_drawn_from_its_source():
     assert diagrams.REGISTRY, "no diagrams registered"
@@ -65,6 +66,7 @@ def test_svg_is_well_formed_and_self_contained(name):
 
 # --- the drawing kit refuses bad layouts ---------------------------------------------------------------------
 
+
 def test_layout_errors_are_caught():
     d = svg.Diagram("t", 200, 100, "test")
     with pytest.raises(svg.LayoutError, match="does not fit"):
@@ -94,8 +96,12 @@ def test_layout_errors_are_caught():
 
 def test_math_labels():
     runs = svg.parse("$W_{hh} h_{t-1}$ and $\\tanh(x)$")
-    assert [(r.text, r.italic, r.level) for r in runs[:4]] == [("W", True, 0), ("hh", True, -1), ("h", True, 0),
-                                                               ("t", True, -1)]
+    assert [(r.text, r.italic, r.level) for r in runs[:4]] == [
+        ("W", True, 0),
+        ("hh", True, -1),
+        ("h", True, 0),
+        ("t", True, -1),
+    ]
     assert any(r.text == "\u22121" and r.level == -1 for r in runs), "an upright minus sign in the subscript"
     assert any(r.text.startswith("tanh") and not r.italic for r in runs), "function names are upright"
     assert svg.measure("$K_h^\\top$") < svg.measure("$K_h$") + svg.measure("$^\\top$"), "scripts are stacked"
@@ -107,10 +113,12 @@ def test_math_labels():
 
 # --- the palette: the same meaning, legible in both modes ---------------------------------------------------
 
+
 def _luminance(hex_colour: str) -> float:
     def channel(c):
         return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-    r, g, b = (channel(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+
+    r, g, b = (channel(int(hex_colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
@@ -139,6 +147,7 @@ def test_plot_colours_are_the_palette():
 
 # --- the chapters use every diagram once, with alt text, a caption and a reference -------------------------
 
+
 def test_every_diagram_is_used_once():
     used = [m["name"] for _, m in uses()]
     assert sorted(used) == sorted(set(used)), "a diagram appears twice: refer to the first figure instead"
@@ -154,9 +163,11 @@ def test_diagrams_have_alt_text_caption_and_a_reference(md):
         assert m["src"] == f"{prefix}/{name}.svg", f"{name}: use the path relative to {md.name}"
         assert (diagrams.OUT / f"{name}.svg").is_file()
         assert len(alt.split()) >= 25, f"{name}: the alt text should describe the structure in words"
-        before, after = text[:m.start()], text[m.end():]
+        before, after = text[: m.start()], text[m.end() :]
         assert before.endswith("\n\n"), f"{name}: the image is a paragraph of its own"
-        assert re.match(r"\n\n\*\*Figure\.\*\* \S", after), f"{name}: the image is followed by **Figure.** and its caption"
+        assert re.match(r"\n\n\*\*Figure\.\*\* \S", after), (
+            f"{name}: the image is followed by **Figure.** and its caption"
+        )
         assert f"{{numref}}`{figures.label(name)}`" in text, f"{name}: the prose refers to {figures.label(name)}"
         svg_text = " ".join(ET.fromstring((diagrams.OUT / f"{name}.svg").read_text()).itertext())
         for number in re.findall(r"(?<![\w.])\d+\.\d+", alt):  # numbers quoted in the alt text are in the picture
@@ -164,6 +175,7 @@ def test_diagrams_have_alt_text_caption_and_a_reference(md):
 
 
 # --- the book turns them into numbered inline figures -----------------------------------------------------
+
 
 def test_diagram_names_and_inline_svg():
     name = sorted(diagrams.REGISTRY)[0]
@@ -187,12 +199,21 @@ def _build(tmp_path: Path, body: str) -> tuple[str, str]:
     (src / "conf.py").write_text(
         "from attnbook_book.figures import DiagramFigures\n"
         "extensions = ['myst_parser']\nnumfig = True\nmyst_enable_extensions = ['dollarmath']\n"
-        "def setup(app):\n    app.add_transform(DiagramFigures)\n")
+        "def setup(app):\n    app.add_transform(DiagramFigures)\n"
+    )
     (src / "index.md").write_text("# Book\n\n```{toctree}\nchapters/one\n```\n")
     (src / "chapters" / "one.md").write_text(body.replace("NAME", name))
     warnings = StringIO()
-    app = Sphinx(str(src), str(src), str(tmp_path / "out"), str(tmp_path / "doctrees"), "html",
-                 status=None, warning=warnings, freshenv=True)
+    app = Sphinx(
+        str(src),
+        str(src),
+        str(tmp_path / "out"),
+        str(tmp_path / "doctrees"),
+        "html",
+        status=None,
+        warning=warnings,
+        freshenv=True,
+    )
     app.build()
     return (tmp_path / "out" / "chapters" / "one.html").read_text(), warnings.getvalue()
 
@@ -201,8 +222,11 @@ ALT = "A picture that says in words what the structure is, with enough words for
 
 
 def test_book_figure_is_numbered_inline_and_referenced(tmp_path):
-    html, warnings = _build(tmp_path, f"# One\n\nAs {{numref}}`fig-NAME` shows:\n\n"
-                                      f"![{ALT}](../book/images/diagrams/NAME.svg)\n\n**Figure.** The caption, with $x$.\n")
+    html, warnings = _build(
+        tmp_path,
+        f"# One\n\nAs {{numref}}`fig-NAME` shows:\n\n"
+        f"![{ALT}](../book/images/diagrams/NAME.svg)\n\n**Figure.** The caption, with $x$.\n",
+    )
     assert "diagram" not in warnings, warnings
     name = sorted(diagrams.REGISTRY)[0]
     assert f'id="{figures.label(name)}"' in html

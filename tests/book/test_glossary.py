@@ -1,4 +1,5 @@
 """The glossary: every term is used somewhere in the book, and every {term} reference names a term."""
+
 import re
 from pathlib import Path
 

@@ -1,10 +1,10 @@
 """The chapter sources: paired notebooks in sync, the shape of a chapter, and the student version."""
+
 import re
 
 import nbformat
 import pytest
 import yaml
-
 from attnbook_book import notebooks
 
 REPO = notebooks.REPO
@@ -26,8 +26,9 @@ def test_paired_notebook_is_in_sync_and_has_no_outputs(md):
     ipynb = md.with_suffix(".ipynb")
     assert ipynb.is_file(), f"{ipynb.name} is missing: run `make sync`"
     paired = nbformat.read(ipynb, as_version=4)
-    assert notebooks.cell_signature(paired) == notebooks.cell_signature(notebooks.to_ipynb(md)), \
+    assert notebooks.cell_signature(paired) == notebooks.cell_signature(notebooks.to_ipynb(md)), (
         f"{ipynb.name} differs from {md.name}: run `make sync`"
+    )
     assert all(not c.get("outputs") for c in paired.cells if c.cell_type == "code")
 
 
@@ -39,8 +40,9 @@ def test_chapter_shape(md):
     setup = code[0].source
     url = yaml.safe_load((REPO / "_config.yml").read_text())["repository"]["url"]
     installs = re.search(rf"attnbook(\[[a-z,]+\])? @ git\+{re.escape(url)}", setup)  # extras allowed: attnbook[export]
-    assert '"google.colab" in sys.modules' in setup and installs, \
+    assert '"google.colab" in sys.modules' in setup and installs, (
         "the first code cell must be the setup cell that installs the package in Colab"
+    )
     assert re.search(r"^\(ch-[a-z0-9-]+\)=\n# ", text, re.M), "a chapter starts with a (ch-...)= label and its title"
     assert "Learning goals" in text
     assert not re.search(r"^[!%]pip", text, re.M) and "filterwarnings" not in text
@@ -80,14 +82,19 @@ def test_student_version_has_no_solutions(md):
 def test_student_version_of_a_synthetic_notebook():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_markdown_cell("Intro\n\n```{exercise} E\n:label: e1\nDo it.\n```\n\n```{solution-start} e1\n:class: dropdown\n```"),
+        nbformat.v4.new_markdown_cell(
+            "Intro\n\n```{exercise} E\n:label: e1\nDo it.\n```\n\n```{solution-start} e1\n:class: dropdown\n```"
+        ),
         nbformat.v4.new_code_cell("x = 42", metadata={"tags": ["solution"]}),
         nbformat.v4.new_markdown_cell("Because.\n\n```{solution-end}\n```\n\nAfter the solution."),
         nbformat.v4.new_code_cell("check(x)"),
     ]
     student = notebooks.student_version(nb)
     assert [c.source for c in student.cells] == [
-        "Intro\n\n```{exercise} E\n:label: e1\nDo it.\n```", "After the solution.", "check(x)"]
+        "Intro\n\n```{exercise} E\n:label: e1\nDo it.\n```",
+        "After the solution.",
+        "check(x)",
+    ]
     nb.cells = nb.cells[:2]
     with pytest.raises(ValueError, match="never closed"):
         notebooks.student_version(nb)

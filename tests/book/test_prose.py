@@ -9,6 +9,7 @@
   statement of an exercise) are listed in ALLOWED with the reason.
 - A code cell that only glues numbers into the prose carries the tag ``remove-input``.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from attnbook_book import notebooks
 
 REPO = notebooks.REPO
@@ -26,6 +26,7 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 # --- Control characters and formulas ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("md", SOURCES, ids=IDS)
 def test_no_control_characters_in_the_sources(md):
@@ -51,9 +52,16 @@ def math_blocks(text: str) -> list[str]:
     return ["\n".join(line for line in b.splitlines() if not line.startswith(":")) for b in blocks]
 
 
-PAIRS = [(r"\\left(?![a-zA-Z])", r"\\right(?![a-zA-Z])"), (r"\\lfloor", r"\\rfloor"), (r"\\lceil", r"\\rceil"),
-         (r"\\langle", r"\\rangle"), (r"\\lVert", r"\\rVert"), (r"\\lvert", r"\\rvert"), (r"\\begin\{", r"\\end\{"),
-         (r"(?<!\\)\{", r"(?<!\\)\}")]
+PAIRS = [
+    (r"\\left(?![a-zA-Z])", r"\\right(?![a-zA-Z])"),
+    (r"\\lfloor", r"\\rfloor"),
+    (r"\\lceil", r"\\rceil"),
+    (r"\\langle", r"\\rangle"),
+    (r"\\lVert", r"\\rVert"),
+    (r"\\lvert", r"\\rvert"),
+    (r"\\begin\{", r"\\end\{"),
+    (r"(?<!\\)\{", r"(?<!\\)\}"),
+]
 # what is left of a command after its backslash and first letter became a control character or a line break
 REMNANT = re.compile(r"^\s*(floor|ceil|angle|ight(arrow)?|rac|ext(bf|rm)?|eta|ilde|imes|heta|abla|otin|olimits)\b")
 
@@ -90,8 +98,10 @@ NUMBER = r"\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?"
 UNITS = r"steps?|images?|examples?|sequences|sentences|pairs|windows|strings|passes|epochs?|seconds|minutes|runs|seeds"
 # ... or directly by a percent sign, or it comes shortly after one of these words
 MEASURED = r"measured|measures|reaches|reached|accuracy|scores?|scored|loss(?:es)? of|takes|took|needs|needed"
-FLAG = re.compile(rf"(?<![\w.,/^_\-])(?P<n>{NUMBER})(?![\w.,]\d)(?:\s*%|(?=(?:\s+[\w\-']+){{0,1}}\s+(?:{UNITS})\b))"
-                  rf"|(?:\b(?:{MEASURED})\b(?:\s+[\w\-']+){{0,2}}\s+(?:of\s+)?(?:about\s+)?)(?P<m>{NUMBER})\b(?![.,]\d)")
+FLAG = re.compile(
+    rf"(?<![\w.,/^_\-])(?P<n>{NUMBER})(?![\w.,]\d)(?:\s*%|(?=(?:\s+[\w\-']+){{0,1}}\s+(?:{UNITS})\b))"
+    rf"|(?:\b(?:{MEASURED})\b(?:\s+[\w\-']+){{0,2}}\s+(?:of\s+)?(?:about\s+)?)(?P<m>{NUMBER})\b(?![.,]\d)"
+)
 
 # Typed numbers that may stay, by chapter: the words around the number (a substring of its sentence) and why.
 # Everything else that FLAG finds must be glued from a cell. A sentence with a citation is exempt: its
@@ -192,12 +202,16 @@ def typed_numbers(md: Path) -> list[str]:
 @pytest.mark.parametrize("md", SOURCES, ids=IDS)
 def test_numbers_in_the_prose_come_from_the_cells(md):
     allowed = ALLOWED.get(md.stem[:2], {})
-    unexplained = [f"{number!r} in: {sentence}" for sentence, number in typed_numbers(md)
-                   if not any(snippet in sentence for snippet in allowed)]
+    unexplained = [
+        f"{number!r} in: {sentence}"
+        for sentence, number in typed_numbers(md)
+        if not any(snippet in sentence for snippet in allowed)
+    ]
     assert not unexplained, (
         "typed numbers that depend on data or configuration; glue them from the cell that computes them "
-        "(viz.glue and {glue:text}), or, for a constant, a paper's number or an exercise's statement, add "
-        "them to ALLOWED with the reason:\n" + "\n".join(unexplained))
+        "(glue and {glue:text}), or, for a constant, a paper's number or an exercise's statement, add "
+        "them to ALLOWED with the reason:\n" + "\n".join(unexplained)
+    )
     sentences = " ".join(prose_sentences(md))
     stale = [snippet for snippet in allowed if snippet not in sentences]
     assert not stale, f"ALLOWED entries that match nothing in {md.name} any more: {stale}"
@@ -205,28 +219,32 @@ def test_numbers_in_the_prose_come_from_the_cells(md):
 
 def test_the_number_check_flags_counts_and_scores_and_spares_the_rest(tmp_path):
     page = tmp_path / "99_example.md"
-    page.write_text("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n"
-                    "The model reaches 97.5% after 1,000 steps on 360 test images. Its accuracy of 0.93 was "
-                    "measured at about 12 ms.\n\nA ROLE: {glue:text}`acc` after {glue:text}`n` steps, "
-                    "$T = 100$ steps in a formula, `steps=300` in code. The paper trains for 65,536 steps "
-                    "{cite}`someone2020`. Two layers, chapter 3, in 2017, and 4 of the 8 heads, 12 tokens.\n\n"
-                    "```{code-cell} ipython3\nfit(steps=800)  # 800 steps\n```\n")
+    page.write_text(
+        "---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n"
+        "The model reaches 97.5% after 1,000 steps on 360 test images. Its accuracy of 0.93 was "
+        "measured at about 12 ms.\n\nA ROLE: {glue:text}`acc` after {glue:text}`n` steps, "
+        "$T = 100$ steps in a formula, `steps=300` in code. The paper trains for 65,536 steps "
+        "{cite}`someone2020`. Two layers, chapter 3, in 2017, and 4 of the 8 heads, 12 tokens.\n\n"
+        "```{code-cell} ipython3\nfit(steps=800)  # 800 steps\n```\n"
+    )
     assert sorted(n for _, n in typed_numbers(page)) == sorted(["97.5", "1,000", "360", "0.93", "12"])
 
 
 # --- Plumbing -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("md", SOURCES, ids=IDS)
 def test_cells_that_only_glue_are_hidden(md):
     for cell in notebooks.read_md(md).cells:
         if cell.cell_type == "code" and notebooks.is_glue_only(cell.source):
-            assert "remove-input" in cell.metadata.get("tags", []), \
+            assert "remove-input" in cell.metadata.get("tags", []), (
                 f"{md.name}: a cell that only glues numbers into the prose needs the tag remove-input:\n{cell.source}"
+            )
 
 
 def test_glue_only_cells_are_recognised():
-    assert notebooks.is_glue_only('viz.glue("a", 1)\nviz.glue("b", f"{x:.2f}")')
+    assert notebooks.is_glue_only('glue("a", 1)\nglue("b", f"{x:.2f}")')
     assert notebooks.is_glue_only('best = max(runs)\nglue("best", best)')
-    assert not notebooks.is_glue_only('viz.glue("a", 1)\nassert a > 0')  # a check is teaching
-    assert not notebooks.is_glue_only('x = 1\nprint(x)')
+    assert not notebooks.is_glue_only('glue("a", 1)\nassert a > 0')  # a check is teaching
+    assert not notebooks.is_glue_only("x = 1\nprint(x)")
     assert not notebooks.is_glue_only("x = (")

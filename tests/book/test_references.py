@@ -1,4 +1,5 @@
 """The bibliography: every {cite} key is in book/references.bib, and every entry there is cited somewhere."""
+
 import re
 from pathlib import Path
 
@@ -32,9 +33,26 @@ def test_every_citation_has_an_entry_and_every_entry_is_cited():
 
 def test_the_papers_the_book_relies_on_are_cited():
     cited = cited_keys()
-    for prefix in ("bengio1994", "pascanu2013", "hochreiter1997", "cho2014", "bahdanau2015", "vaswani2017",
-                   "phuong2022", "dao2022", "dosovitskiy2021", "xiong2020", "zhang2019", "shazeer2020", "yun2020",
-                   "radford2019", "brown2020", "kitaev2020", "wang2020", "choromanski2021"):
+    for prefix in (
+        "bengio1994",
+        "pascanu2013",
+        "hochreiter1997",
+        "cho2014",
+        "bahdanau2015",
+        "vaswani2017",
+        "phuong2022",
+        "dao2022",
+        "dosovitskiy2021",
+        "xiong2020",
+        "zhang2019",
+        "shazeer2020",
+        "yun2020",
+        "radford2019",
+        "brown2020",
+        "kitaev2020",
+        "wang2020",
+        "choromanski2021",
+    ):
         assert any(key.startswith(prefix) for key in cited), f"no page cites {prefix}..."
 
 

@@ -9,6 +9,7 @@ dark colours, widgets keep legible text on the theme's light card, still with no
 Colab link points at a notebook that exists in the repository. No chapter page shows a code cell that
 only glues numbers into the prose.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +32,16 @@ REPO = Path(__file__).resolve().parents[2]
 INPAGE_ASSETS = re.compile(r"/_static/(vendor/onnxruntime|models)/")  # what the model in the page loads
 HTML = Path(os.environ.get("ATTNBOOK_HTML") or REPO / "_build" / "html").resolve()
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def built_toc() -> list[str]:
@@ -189,10 +198,12 @@ def test_page(server, browser, path):
 
 def contrast(a: str, b: str) -> float:
     """The WCAG contrast ratio of two CSS colours written as rgb(...) or rgba(...)."""
+
     def luminance(css):
         r, g, b = (float(v) / 255 for v in re.findall(r"[\d.]+", css)[:3])
         lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
         return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
     hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
 
@@ -237,15 +248,17 @@ def test_page_in_dark_mode_on_a_phone(server, browser, path):
             figure = figures.nth(i)
             figure.scroll_into_view_if_needed()
             figure.locator(".main-svg").first.wait_for(state="attached", timeout=15_000)
-            page.wait_for_function("el => el.dataset.attnbookTheme === 'dark'", arg=figure.element_handle(),
-                                   timeout=15_000)
+            page.wait_for_function(
+                "el => el.dataset.attnbookTheme === 'dark'", arg=figure.element_handle(), timeout=15_000
+            )
             font = figure.evaluate("el => el._fullLayout.font.color")
             assert font == style.PLOTLY_DARK["font_color"], f"{path}: plotly figure {i} keeps dark text on a dark page"
         if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
             # widgets do not follow the mode: the theme shows them on a light card; their text must stay dark
             page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=15_000)
             colours = page.evaluate("""() => Array.from(document.querySelectorAll('.widget-subarea .widget-label'))
-                .map(e => [getComputedStyle(e).color, getComputedStyle(e.closest('.widget-subarea')).backgroundColor])""")
+                .map(e => [getComputedStyle(e).color,
+                           getComputedStyle(e.closest('.widget-subarea')).backgroundColor])""")
             for text, card in colours:
                 assert contrast(text, card) >= 4.5, f"{path}: widget text {text} on {card}"
         assert errors == [], f"{path}: console errors in dark mode: {errors}"
@@ -266,12 +279,15 @@ def test_colab_links_point_at_notebooks_in_the_repo():
         assert links, f"{entry}.html has no Colab link"
         for link in links:
             assert link.startswith(prefix), f"{entry}.html: Colab link {link} does not start with {prefix}"
-            target = REPO / link[len(prefix):]
+            target = REPO / link[len(prefix) :]
             assert target.suffix == ".ipynb" and target.is_file(), f"{entry}.html: {link} names no notebook in the repo"
 
 
-CELL_INPUT = re.compile(r'<div class="cell_input docutils container">\s*<div class="highlight-[\w-]+ notranslate">'
-                        r'<div class="highlight"><pre>(.*?)</pre>', re.S)
+CELL_INPUT = re.compile(
+    r'<div class="cell_input docutils container">\s*<div class="highlight-[\w-]+ notranslate">'
+    r'<div class="highlight"><pre>(.*?)</pre>',
+    re.S,
+)
 
 
 def visible_code_cells(page_html: str) -> list[str]:
@@ -292,10 +308,12 @@ def test_no_page_shows_a_cell_that_only_glues():
 
 
 def test_visible_code_cells_are_read_from_the_page():
-    page = ('<div class="cell_input docutils container">\n<div class="highlight-ipython3 notranslate"><div class='
-            '"highlight"><pre><span></span><span class="n">viz</span><span class="o">.</span><span class="n">glue'
-            '</span><span class="p">(</span><span class="s2">&quot;a&quot;</span><span class="p">,</span> '
-            '<span class="mi">1</span><span class="p">)</span>\n</pre></div>')
+    page = (
+        '<div class="cell_input docutils container">\n<div class="highlight-ipython3 notranslate"><div class='
+        '"highlight"><pre><span></span><span class="n">viz</span><span class="o">.</span><span class="n">glue'
+        '</span><span class="p">(</span><span class="s2">&quot;a&quot;</span><span class="p">,</span> '
+        '<span class="mi">1</span><span class="p">)</span>\n</pre></div>'
+    )
     assert visible_code_cells(page) == ['viz.glue("a", 1)\n']
 
 
@@ -309,10 +327,14 @@ def test_every_chapter_has_an_execution_time():
 
 # --- the model in the page ------------------------------------------------------------------------------
 
+
 def inpage_pages() -> list[str]:
     """The built pages with a model in the page (chapter 12's lab at least, when it was built)."""
-    pages = [f"{e}.html" for e in built_toc() if (HTML / f"{e}.html").exists()
-             and 'class="attnbook-inpage"' in (HTML / f"{e}.html").read_text()]
+    pages = [
+        f"{e}.html"
+        for e in built_toc()
+        if (HTML / f"{e}.html").exists() and 'class="attnbook-inpage"' in (HTML / f"{e}.html").read_text()
+    ]
     return pages
 
 
@@ -339,13 +361,17 @@ class InPage:
         return self.root.evaluate(f"el => el.dataset[{key!r}]")
 
     def wait_ready(self, timeout: float = 30_000):
-        self.page.wait_for_function("el => el.dataset.state === 'ready' || el.dataset.state === 'error'",
-                                    arg=self.handle, timeout=timeout)
+        self.page.wait_for_function(
+            "el => el.dataset.state === 'ready' || el.dataset.state === 'error'", arg=self.handle, timeout=timeout
+        )
         assert self.data("state") == "ready", f"the model did not load: {self.root.inner_text()}"
 
     def wait_context(self, context: str, timeout: float = 10_000):
-        self.page.wait_for_function("([el, c]) => el.dataset.context === c && !el.attnbookWidget.busy",
-                                    arg=[self.handle, context], timeout=timeout)
+        self.page.wait_for_function(
+            "([el, c]) => el.dataset.context === c && !el.attnbookWidget.busy",
+            arg=[self.handle, context],
+            timeout=timeout,
+        )
 
     def probs(self):
         import numpy as np
@@ -385,7 +411,6 @@ def lab_reference(lab_model, text: str):
     """What the page must show for ``text``: the prompt rule, then ONNX Runtime on the served file and PyTorch."""
     import numpy as np
     import torch
-
     from attnbook import export
 
     meta, session, model = lab_model
@@ -424,8 +449,10 @@ def test_inpage_loads_nothing_until_in_view_then_answers_within_2_s(lab_page, la
         start = time.perf_counter()
         widget.root.scroll_into_view_if_needed()
         widget.wait_ready()
-        print(f"\nmodel in the page: first distribution {widget.data('firstMs')} ms after coming into view "
-              f"({time.perf_counter() - start:.2f} s seen from the test; {widget.data('loadTimes')})")
+        print(
+            f"\nmodel in the page: first distribution {widget.data('firstMs')} ms after coming into view "
+            f"({time.perf_counter() - start:.2f} s seen from the test; {widget.data('loadTimes')})"
+        )
         return float(widget.data("firstMs"))
 
     first_ms = [first_use(page, widget)]
@@ -433,8 +460,11 @@ def test_inpage_loads_nothing_until_in_view_then_answers_within_2_s(lab_page, la
         again, *_ = open_page(browser, page.url)
         first_ms.append(first_use(again, InPage(again)))
         again.close()
-    sizes = {Path(urlparse(u).path).name: (HTML / urlparse(u).path.lstrip("/")).stat().st_size
-             for u in requested if INPAGE_ASSETS.search(u) or u.endswith("inpage.js") or u.endswith("inpage.css")}
+    sizes = {
+        Path(urlparse(u).path).name: (HTML / urlparse(u).path.lstrip("/")).stat().st_size
+        for u in requested
+        if INPAGE_ASSETS.search(u) or u.endswith("inpage.js") or u.endswith("inpage.css")
+    }
     print(f"model in the page: bytes on first use {sum(sizes.values()):,}: {sizes}")
     assert min(first_ms) <= 2000, f"the first distribution took {first_ms} ms after the widget came into view"
     widget.wait_context(lab_model[0]["prompt"])
@@ -489,8 +519,12 @@ def test_inpage_sampling_rule_is_generates(lab_page):
     rng = np.random.default_rng(0)
     for temperature, top_k in [(1.0, None), (0.5, 3), (2.0, 1), (0.8, 10), (1.3, 65)]:
         logits = rng.normal(size=65).round(1)  # rounding makes ties
-        got = np.array(page.evaluate("([l, t, k]) => Array.from(window.attnbookInpage.sampleProbs(l, t, k))",
-                                     [logits.tolist(), temperature, top_k]))
+        got = np.array(
+            page.evaluate(
+                "([l, t, k]) => Array.from(window.attnbookInpage.sampleProbs(l, t, k))",
+                [logits.tolist(), temperature, top_k],
+            )
+        )
         z = torch.tensor(logits) / temperature  # the lines of models.GPT.generate
         if top_k is not None:
             kth = torch.topk(z, top_k).values[-1]
@@ -502,7 +536,6 @@ def test_inpage_sampling_rule_is_generates(lab_page):
 
 def test_inpage_continue_greedy_follows_the_model(lab_page, lab_model):
     """Temperature 0: every character "continue" appends is the most likely one under PyTorch."""
-    import numpy as np
 
     page, errors, outside, _ = lab_page
     widget = InPage(page)
@@ -510,12 +543,14 @@ def test_inpage_continue_greedy_follows_the_model(lab_page, lab_model):
     box = widget.root.locator("textarea")
     box.fill("ROMEO:\n")
     widget.wait_context("ROMEO:\n")
-    widget.root.locator("input[type=range]").evaluate(
-        "el => { el.value = '0'; el.dispatchEvent(new Event('input')); }")
+    widget.root.locator("input[type=range]").evaluate("el => { el.value = '0'; el.dispatchEvent(new Event('input')); }")
     widget.root.locator("input[type=number]").fill("12")
     widget.root.locator("button", has_text="Continue").click()
-    page.wait_for_function("el => el.value.length >= 19 && !el.closest('.attnbook-inpage').attnbookWidget.generating",
-                           arg=box.element_handle(), timeout=20_000)
+    page.wait_for_function(
+        "el => el.value.length >= 19 && !el.closest('.attnbook-inpage').attnbookWidget.generating",
+        arg=box.element_handle(),
+        timeout=20_000,
+    )
     text = box.input_value()
     assert text.startswith("ROMEO:\n") and len(text) == 19
     for n in range(7, 19):
@@ -539,11 +574,13 @@ def test_inpage_keystroke_time_at_64_characters(lab_page, lab_model):
     times = []
     for i in range(54, 64):
         box.press(text[i] if text[i] != " " else "Space")
-        widget.wait_context(text[:i + 1])
+        widget.wait_context(text[: i + 1])
         times.append(float(widget.data("updateMs")))
     median = statistics.median(times)
-    print(f"\nmodel in the page: update after a keystroke at {len(text[:64])} characters: median {median:.1f} ms, "
-          f"max {max(times):.1f} ms (shared machine)")
+    print(
+        f"\nmodel in the page: update after a keystroke at {len(text[:64])} characters: median {median:.1f} ms, "
+        f"max {max(times):.1f} ms (shared machine)"
+    )
     assert median <= 250, f"a keystroke takes {median:.0f} ms to update the page (goal 100 ms)"
     assert errors == []
 
@@ -552,9 +589,14 @@ def test_inpage_on_a_phone(server, browser, lab_model):
     """At a phone's width the widget fits the screen and works."""
     if "chapters/12_lab_mini_gpt.html" not in inpage_pages():
         pytest.fail("the lab's page with its model was not built")
-    page, errors, outside = open_page(browser, f"{server}/chapters/12_lab_mini_gpt.html",
-                                      viewport={"width": 390, "height": 844}, device_scale_factor=2,
-                                      is_mobile=True, has_touch=True)
+    page, errors, outside = open_page(
+        browser,
+        f"{server}/chapters/12_lab_mini_gpt.html",
+        viewport={"width": 390, "height": 844},
+        device_scale_factor=2,
+        is_mobile=True,
+        has_touch=True,
+    )
     try:
         widget = InPage(page)
         widget.root.scroll_into_view_if_needed()
@@ -579,7 +621,6 @@ def test_three_jobs_in_the_page_equals_onnx_runtime(server, browser):
     PyTorch checkpoint is exported for it.)
     """
     import numpy as np
-
     from attnbook import export
 
     if "chapters/07_multi_head_attention.html" not in inpage_pages():

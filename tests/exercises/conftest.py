@@ -1,6 +1,7 @@
 """With ATTNBOOK_REPLAY_CHECKS=1, every checker of attnbook.exercises is also run the way the grader runs it:
 recorded on the answer, then replayed from the record alone; the replayed outcome (result or hint) must be
 the direct one. tests/grading/test_grading.py runs the checkers' tests in this mode."""
+
 import importlib
 import os
 
@@ -23,7 +24,6 @@ def _replaying(check):
         import io
 
         import torch
-
         from attnbook.exercises import replay
 
         direct, value = _outcome(check, answer, args, kwargs)

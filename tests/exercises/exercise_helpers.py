@@ -1,6 +1,6 @@
 """What the tests of the exercise checkers share: a stub answer and the check that a wrong one gets its hint."""
-import pytest
 
+import pytest
 from attnbook.exercises import ExerciseFailed
 
 

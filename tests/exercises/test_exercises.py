@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from attnbook.exercises import ExerciseFailed, Mistake, Result, check_function, check_number
 
 
@@ -30,8 +29,13 @@ def test_stub_is_not_attempted_and_not_an_error():
 
 def test_known_mistake_gets_its_hint():
     with pytest.raises(ExerciseFailed, match="you squared"):
-        check_function(lambda x: x * x, exercise="double", reference=reference, cases=[(torch.tensor([3.0]),)],
-                       mistakes=[Mistake("you squared instead of doubling", lambda x: x * x)])
+        check_function(
+            lambda x: x * x,
+            exercise="double",
+            reference=reference,
+            cases=[(torch.tensor([3.0]),)],
+            mistakes=[Mistake("you squared instead of doubling", lambda x: x * x)],
+        )
 
 
 def test_unknown_mistake_says_what_differs():
@@ -51,8 +55,13 @@ def test_learner_exception_is_reported_with_its_line_not_a_traceback():
         return y
 
     with pytest.raises(ExerciseFailed) as info:
-        check_function(broken, exercise="double", reference=reference, cases=CASES,
-                       error_hints=[("invalid for input of size", "check the shapes")])
+        check_function(
+            broken,
+            exercise="double",
+            reference=reference,
+            cases=CASES,
+            error_hints=[("invalid for input of size", "check the shapes")],
+        )
     message = str(info.value)
     assert "raised RuntimeError" in message and "`y = x.reshape(7)`" in message and "Check the shapes" in message
     rendered = info.value._render_traceback_()

@@ -1,20 +1,19 @@
 """The checkers of the chapter on Bahdanau attention: right answers pass, usual mistakes get their hint."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import bahdanau_attention as ex
 from exercise_helpers import stub
 
-
 # --- Bahdanau attention -------------------------------------------------------------------------------
 
-def attention(s_prev, H, mask, W_1, W_2, v, *, squash=torch.tanh, fill=float("-inf"), dim=-1, use_mask=True,
-              raw=False):
+
+def attention(s_prev, H, mask, W_1, W_2, v, *, squash=torch.tanh, fill=float("-inf"), dim=-1, use_mask=True, raw=False):
     e = squash((s_prev @ W_1.T).unsqueeze(1) + H @ W_2.T) @ v  # (B, Ts)
     if use_mask:
         e = e.masked_fill(~mask, fill)
@@ -27,13 +26,16 @@ def test_bahdanau_attention_right_answer_passes():
     assert ex.check_bahdanau_attention(attention).passed
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (dict(squash=lambda x: x), "skip the tanh"),
-    (dict(use_mask=False), "mask is ignored"),
-    (dict(fill=0.0), r"exp\(0\) = 1"),
-    (dict(dim=0), "softmax runs over the batch"),
-    (dict(raw=True), "raw scores"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (dict(squash=lambda x: x), "skip the tanh"),
+        (dict(use_mask=False), "mask is ignored"),
+        (dict(fill=0.0), r"exp\(0\) = 1"),
+        (dict(dim=0), "softmax runs over the batch"),
+        (dict(raw=True), "raw scores"),
+    ],
+)
 def test_bahdanau_attention_mistakes_get_their_hint(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ex.check_bahdanau_attention(lambda *args: attention(*args, **wrong))
@@ -47,6 +49,7 @@ def test_bahdanau_attention_shape_error_and_stub():
 
 
 # --- beam step ----------------------------------------------------------------------------------------
+
 
 def beam_step(scores, log_probs, k):
     total = scores[:, None] + log_probs  # (n, V)
@@ -74,14 +77,18 @@ def test_beam_step_mistakes_get_their_hint():
         rows, tokens, best = beam_step(scores, log_probs, k)
         return tokens, rows, best
 
-    for wrong, hint in [(ignore_history, "sum of the log-probabilities"), (best_per_row, "several of the k best"),
-                        (swapped, "rows and tokens are swapped")]:
+    for wrong, hint in [
+        (ignore_history, "sum of the log-probabilities"),
+        (best_per_row, "several of the k best"),
+        (swapped, "rows and tokens are swapped"),
+    ]:
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_beam_step(wrong)
     assert "not attempted" in repr(ex.check_beam_step(stub))
 
 
 # --- teacher forcing ----------------------------------------------------------------------------------
+
 
 def shift_targets(targets, lengths, bos_id=2, eos_id=3, pad_id=0):
     B, T = targets.shape
@@ -109,8 +116,11 @@ def test_shift_targets_mistakes_get_their_hint():
         _, tgt_out = shift_targets(targets, lengths)
         return torch.cat([targets, torch.zeros_like(targets[:, :1])], dim=1), tgt_out
 
-    for wrong, hint in [(eos_last, "right after each sentence's last real token"), (swapped, "swapped"),
-                        (no_bos, "must start with <bos>")]:
+    for wrong, hint in [
+        (eos_last, "right after each sentence's last real token"),
+        (swapped, "swapped"),
+        (no_bos, "must start with <bos>"),
+    ]:
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_shift_targets(wrong)
     assert "not attempted" in repr(ex.check_shift_targets(stub))
@@ -118,11 +128,16 @@ def test_shift_targets_mistakes_get_their_hint():
 
 # --- bits ---------------------------------------------------------------------------------------------
 
+
 def test_bottleneck_bits():
     assert ex.check_bottleneck_bits(40 * math.log2(10)).passed
     assert ex.check_bottleneck_bits(133).passed
-    for wrong, hint in [(10.0 ** 40, "base-2 logarithm"), (40, "one bit per digit"), (160, "binary-coded"),
-                        (40 * math.log(10), "nats")]:
+    for wrong, hint in [
+        (10.0**40, "base-2 logarithm"),
+        (40, "one bit per digit"),
+        (160, "binary-coded"),
+        (40 * math.log(10), "nats"),
+    ]:
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_bottleneck_bits(wrong)
     with pytest.raises(ExerciseFailed, match="too small"):

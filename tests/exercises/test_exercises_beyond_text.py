@@ -1,7 +1,7 @@
 """Checkers of the chapter on transformers beyond text: right answers pass, usual mistakes get their hint."""
+
 import torch
 import torch.nn.functional as F
-
 from attnbook import audio, graphs
 from attnbook.exercises import beyond_text as ex
 from exercise_helpers import assert_fails_with, stub
@@ -63,8 +63,11 @@ def test_shortest_paths_checker():
         return d
 
     assert_fails_with(ex.check_shortest_paths, neighbours_only, "breadth-first")
-    assert_fails_with(ex.check_shortest_paths,
-                      lambda A: bfs(A).masked_fill(torch.eye(A.shape[0], dtype=torch.bool), -1), "itself is 0")
+    assert_fails_with(
+        ex.check_shortest_paths,
+        lambda A: bfs(A).masked_fill(torch.eye(A.shape[0], dtype=torch.bool), -1),
+        "itself is 0",
+    )
 
 
 def test_spectrogram_shape_checker():
@@ -128,7 +131,8 @@ def test_agent_mask_checker():
     assert_fails_with(ex.check_agent_mask, agent_major, "time step by time step")
     assert_fails_with(ex.check_agent_mask, strict, "same step")
     assert_fails_with(ex.check_agent_mask, own, "other agents")
-    assert_fails_with(ex.check_agent_mask, lambda A, T: torch.ones(A * T, A * T, dtype=torch.bool).tril(),
-                      "plain causal mask")
+    assert_fails_with(
+        ex.check_agent_mask, lambda A, T: torch.ones(A * T, A * T, dtype=torch.bool).tril(), "plain causal mask"
+    )
     assert_fails_with(ex.check_agent_mask, lambda A, T: ~right(A, T), "inverted")
     assert_fails_with(ex.check_agent_mask, lambda A, T: right(A, T).long(), "boolean")

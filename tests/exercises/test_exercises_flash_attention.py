@@ -1,18 +1,18 @@
 """Tests of the checkers of the chapter on the cost of attention and flash attention."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from attnbook import flash
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import flash_attention as ex
 from exercise_helpers import assert_fails_with
 
-
 # --- the online-softmax update ------------------------------------------------------------------------
+
 
 def right_update(m, l, x):
     m_new = torch.maximum(m, x.amax(dim=-1))
@@ -32,17 +32,40 @@ def test_online_update_stub_is_not_attempted():
     assert not result and "not attempted" in repr(result)
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (lambda m, l, x: (torch.maximum(m, x.amax(-1)),
-                      l + torch.exp(x - torch.maximum(m, x.amax(-1))[..., None]).sum(-1)), "multiply l by exp(m - m')"),
-    (lambda m, l, x: (torch.maximum(m, x.amax(-1)),
-                      l * torch.exp(torch.maximum(m, x.amax(-1)) - m)
-                      + torch.exp(x - torch.maximum(m, x.amax(-1))[..., None]).sum(-1)), "upside down"),
-    (lambda m, l, x: (torch.maximum(m, x.amax(-1)),
-                      l * torch.exp(m - torch.maximum(m, x.amax(-1))) + torch.exp(x).sum(-1)), "new maximum too"),
-    (lambda m, l, x: (x.amax(-1), l * torch.exp(m - x.amax(-1)) + torch.exp(x - x.amax(-1, keepdim=True)).sum(-1)),
-     "include the old one"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (
+            lambda m, l, x: (
+                torch.maximum(m, x.amax(-1)),
+                l + torch.exp(x - torch.maximum(m, x.amax(-1))[..., None]).sum(-1),
+            ),
+            "multiply l by exp(m - m')",
+        ),
+        (
+            lambda m, l, x: (
+                torch.maximum(m, x.amax(-1)),
+                l * torch.exp(torch.maximum(m, x.amax(-1)) - m)
+                + torch.exp(x - torch.maximum(m, x.amax(-1))[..., None]).sum(-1),
+            ),
+            "upside down",
+        ),
+        (
+            lambda m, l, x: (
+                torch.maximum(m, x.amax(-1)),
+                l * torch.exp(m - torch.maximum(m, x.amax(-1))) + torch.exp(x).sum(-1),
+            ),
+            "new maximum too",
+        ),
+        (
+            lambda m, l, x: (
+                x.amax(-1),
+                l * torch.exp(m - x.amax(-1)) + torch.exp(x - x.amax(-1, keepdim=True)).sum(-1),
+            ),
+            "include the old one",
+        ),
+    ],
+)
 def test_online_update_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_online_softmax_update, wrong, fragment)
 
@@ -56,6 +79,7 @@ def test_online_update_crash_is_reported_without_a_traceback():
 
 
 # --- memory of the attention weights ------------------------------------------------------------------
+
 
 def test_attention_memory():
     assert ex.check_attention_memory(6.0)
@@ -73,6 +97,7 @@ def test_attention_memory():
 
 
 # --- merging partial results --------------------------------------------------------------------------
+
 
 def right_merge(o1, lse1, o2, lse2):
     lse = torch.logaddexp(lse1, lse2)
@@ -100,13 +125,21 @@ def test_merge_really_merges_attention():
     torch.testing.assert_close(merged_lse, lse)
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (lambda o1, l1, o2, l2: ((o1 + o2) / 2, torch.logaddexp(l1, l2)), "not equally important"),
-    (lambda o1, l1, o2, l2: (torch.exp(l1)[..., None] * o1 + torch.exp(l2)[..., None] * o2, torch.logaddexp(l1, l2)),
-     "divide by the total"),
-    (lambda o1, l1, o2, l2: (right_merge(o1, l1, o2, l2)[0], l1 + l2), "not lse1 + lse2"),
-    (lambda o1, l1, o2, l2: (right_merge(o1, l1, o2, l2)[0], torch.maximum(l1, l2)), "larger than the maximum"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (lambda o1, l1, o2, l2: ((o1 + o2) / 2, torch.logaddexp(l1, l2)), "not equally important"),
+        (
+            lambda o1, l1, o2, l2: (
+                torch.exp(l1)[..., None] * o1 + torch.exp(l2)[..., None] * o2,
+                torch.logaddexp(l1, l2),
+            ),
+            "divide by the total",
+        ),
+        (lambda o1, l1, o2, l2: (right_merge(o1, l1, o2, l2)[0], l1 + l2), "not lse1 + lse2"),
+        (lambda o1, l1, o2, l2: (right_merge(o1, l1, o2, l2)[0], torch.maximum(l1, l2)), "larger than the maximum"),
+    ],
+)
 def test_merge_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_merge_partial_attention, wrong, fragment)
 
@@ -120,6 +153,7 @@ def test_merge_shape_error_gets_the_unsqueeze_hint():
 
 
 # --- FLOPs --------------------------------------------------------------------------------------------
+
 
 def test_attention_flops():
     n, d = 2048, 64

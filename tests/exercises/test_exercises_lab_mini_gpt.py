@@ -1,13 +1,13 @@
 """Checkers of the lab: right pieces pass, the usual mistakes get their hint, stubs are 'not attempted'."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import lab_mini_gpt as ex
+from torch import nn
 
 
 class Attention(nn.Module):
@@ -24,8 +24,11 @@ class Attention(nn.Module):
     def forward(self, x):
         B, T, D = x.shape
         H, Dh = self.n_heads, D // self.n_heads
-        split = (lambda t: t.view(B, H, T, Dh)) if self.mistake == "view" else \
-            (lambda t: t.view(B, T, H, Dh).transpose(1, 2))
+        split = (
+            (lambda t: t.view(B, H, T, Dh))
+            if self.mistake == "view"
+            else (lambda t: t.view(B, T, H, Dh).transpose(1, 2))
+        )
         q, k, v = split(self.W_q(x)), split(self.W_k(x)), split(self.W_v(x))
         scale = {"unscaled": 1.0, "sqrt_d_model": 1 / math.sqrt(D)}.get(self.mistake, 1 / math.sqrt(Dh))
         s = q @ k.transpose(-2, -1) * scale
@@ -50,9 +53,15 @@ class Stub(nn.Module):
 def test_causal_self_attention_checker():
     assert ex.check_causal_self_attention(Attention)
     assert not ex.check_causal_self_attention(Stub)
-    hints = {"no_mask": "mask is missing", "upside_down": "upside down", "unscaled": "not scaled",
-             "sqrt_d_model": "divided by sqrt\\(d_model\\)", "axis": "wrong axis", "view": "mixes positions",
-             "no_projection": "apply W_o"}
+    hints = {
+        "no_mask": "mask is missing",
+        "upside_down": "upside down",
+        "unscaled": "not scaled",
+        "sqrt_d_model": "divided by sqrt\\(d_model\\)",
+        "axis": "wrong axis",
+        "view": "mixes positions",
+        "no_projection": "apply W_o",
+    }
     for mistake, hint in hints.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_causal_self_attention(with_mistake(mistake))
@@ -92,9 +101,13 @@ class Block(nn.Module):
 def test_block_checker():
     assert ex.check_block(Block)
     assert not ex.check_block(Stub)
-    hints = {"post": "post-norm", "no_residual": "a residual connection is missing",
-             "no_attn_residual": "attention's residual", "swapped": "norms are swapped",
-             "gelu": "wrong non-linearity"}
+    hints = {
+        "post": "post-norm",
+        "no_residual": "a residual connection is missing",
+        "no_attn_residual": "attention's residual",
+        "swapped": "norms are swapped",
+        "gelu": "wrong non-linearity",
+    }
     for mistake, hint in hints.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_block(type(f"Block_{mistake}", (Block,), {"mistake": mistake}))
@@ -124,8 +137,11 @@ class MiniGPT(nn.Module):
 def test_mini_gpt_checker():
     assert ex.check_mini_gpt(MiniGPT)
     assert not ex.check_mini_gpt(Stub)
-    hints = {"no_positions": "position embeddings are not added", "no_final_norm": "final LayerNorm",
-             "block_size": "raised RuntimeError"}
+    hints = {
+        "no_positions": "position embeddings are not added",
+        "no_final_norm": "final LayerNorm",
+        "block_size": "raised RuntimeError",
+    }
     for mistake, hint in hints.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_mini_gpt(type(f"GPT_{mistake}", (MiniGPT,), {"mistake": mistake}))
@@ -141,6 +157,7 @@ def test_mini_gpt_checker():
 
 def initialised(cls, init):
     """``cls`` whose ``__init__`` ends with ``init(self)``: a learner's own (degenerate) initialisation."""
+
     def __init__(self, *args):
         cls.__init__(self, *args)
         with torch.no_grad():
@@ -173,30 +190,45 @@ class NonCausalBlock(Block):
 # random weights of their own, so these fail, with the usual mistake's hint where there is one.
 DEGENERATE = {
     "attention without mask, W_o = 0": (
-        "check_causal_self_attention", initialised(with_mistake("no_mask"), lambda m: zero(m.W_o)),
-        "mask is missing"),
+        "check_causal_self_attention",
+        initialised(with_mistake("no_mask"), lambda m: zero(m.W_o)),
+        "mask is missing",
+    ),
     "attention without mask, W_v = 0": (
-        "check_causal_self_attention", initialised(with_mistake("no_mask"), lambda m: zero(m.W_v)),
-        "mask is missing"),
+        "check_causal_self_attention",
+        initialised(with_mistake("no_mask"), lambda m: zero(m.W_v)),
+        "mask is missing",
+    ),
     "unscaled attention, W_q = W_k = 0": (
-        "check_causal_self_attention", initialised(with_mistake("unscaled"), lambda m: zero(m.W_q, m.W_k)),
-        "not scaled"),
+        "check_causal_self_attention",
+        initialised(with_mistake("unscaled"), lambda m: zero(m.W_q, m.W_k)),
+        "not scaled",
+    ),
     "attention without W_o, W_o = identity": (
-        "check_causal_self_attention", initialised(with_mistake("no_projection"), lambda m: identity(m.W_o)),
-        "apply W_o"),
+        "check_causal_self_attention",
+        initialised(with_mistake("no_projection"), lambda m: identity(m.W_o)),
+        "apply W_o",
+    ),
     "block with GELU, W_2 = 0": (
-        "check_block", initialised(type("Block_gelu", (Block,), {"mistake": "gelu"}), lambda m: zero(m.W_2)),
-        "wrong non-linearity"),
+        "check_block",
+        initialised(type("Block_gelu", (Block,), {"mistake": "gelu"}), lambda m: zero(m.W_2)),
+        "wrong non-linearity",
+    ),
     "block with non-causal attention, attn.W_o = 0": (
-        "check_block", initialised(NonCausalBlock, lambda m: zero(m.attn.W_o)), "not causal"),
+        "check_block",
+        initialised(NonCausalBlock, lambda m: zero(m.attn.W_o)),
+        "not causal",
+    ),
     "GPT without positions, pos_emb = 0": (
-        "check_mini_gpt", initialised(type("GPT_no_positions", (MiniGPT,), {"mistake": "no_positions"}),
-                                       lambda m: zero(m.pos_emb)),
-        "position embeddings are not added"),
+        "check_mini_gpt",
+        initialised(type("GPT_no_positions", (MiniGPT,), {"mistake": "no_positions"}), lambda m: zero(m.pos_emb)),
+        "position embeddings are not added",
+    ),
     "GPT without positions or final norm, tok_emb = lm_head = 0": (
-        "check_mini_gpt", initialised(type("GPT_no_final_norm", (MiniGPT,), {"mistake": "no_final_norm"}),
-                                       lambda m: zero(m.tok_emb)),
-        "final LayerNorm"),
+        "check_mini_gpt",
+        initialised(type("GPT_no_final_norm", (MiniGPT,), {"mistake": "no_final_norm"}), lambda m: zero(m.tok_emb)),
+        "final LayerNorm",
+    ),
 }
 
 
@@ -248,8 +280,9 @@ def test_next_token_probs_checker():
     wrong = {
         "multiplied by the temperature": lambda z, t, k: probs(z * t * t, t, k),
         "top_k is ignored": lambda z, t, k: probs(z, t),
-        "without renormalising": lambda z, t, k: probs(z, t) if k is None else
-        probs(z, t).masked_fill(z < torch.topk(z, k, -1).values[..., -1:], 0.0),
+        "without renormalising": lambda z, t, k: (
+            probs(z, t) if k is None else probs(z, t).masked_fill(z < torch.topk(z, k, -1).values[..., -1:], 0.0)
+        ),
     }
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
@@ -275,4 +308,4 @@ def test_generate_checker():
         ex.check_generate(lambda *a, **k: generate(*a, **k, crop=False))
     assert "at the line `logits = model(" in info.value.hint  # the learner's line, not the checker's
     with pytest.raises(ExerciseFailed, match="only the new tokens"):
-        ex.check_generate(lambda m, idx, n, T, **k: generate(m, idx, n, T, **k)[:, idx.shape[1]:])
+        ex.check_generate(lambda m, idx, n, T, **k: generate(m, idx, n, T, **k)[:, idx.shape[1] :])

@@ -1,19 +1,19 @@
 """Tests of the checkers of the chapter on LSTM and GRU: the right answer (and the library) passes, each
 usual mistake gets its hint, a stub is "not attempted"."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-from torch import nn
-
 from attnbook import rnn
 from attnbook.exercises import lstm_gru as ex
 from exercise_helpers import assert_fails_with, stub
-
+from torch import nn
 
 # --- LSTM step ---------------------------------------------------------------------------------------
+
 
 def right_lstm(x, h, c, W_x, W_h, b):
     i, f, g, o = (x @ W_x.T + h @ W_h.T + b).chunk(4, dim=-1)
@@ -40,6 +40,7 @@ def _lstm_variant(order="ifgo", act_c=torch.tanh, act_g=torch.tanh, use_i=True, 
         a = dict(zip(order, (x @ W_x.T + h @ W_h.T + b).chunk(4, dim=-1)))
         c_new = torch.sigmoid(a["f"]) * c + (torch.sigmoid(a["i"]) if use_i else 1.0) * act_g(a["g"])
         return torch.sigmoid(a["o"]) * act_c(c if old_c else c_new), c_new
+
     return step
 
 
@@ -52,18 +53,22 @@ def test_lstm_stub_is_not_attempted():
     assert "not attempted" in repr(ex.check_lstm_step(stub))
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (_lstm_variant(order="ifog"), "order i, f, o, g"),
-    (_lstm_variant(act_c=lambda c: c), "goes through a tanh"),
-    (_lstm_variant(old_c=True), "new cell state"),
-    (_lstm_variant(use_i=False), "scaled by the input gate"),
-    (_lstm_variant(act_g=torch.sigmoid), "candidate g uses tanh"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (_lstm_variant(order="ifog"), "order i, f, o, g"),
+        (_lstm_variant(act_c=lambda c: c), "goes through a tanh"),
+        (_lstm_variant(old_c=True), "new cell state"),
+        (_lstm_variant(use_i=False), "scaled by the input gate"),
+        (_lstm_variant(act_g=torch.sigmoid), "candidate g uses tanh"),
+    ],
+)
 def test_lstm_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_lstm_step, wrong, fragment)
 
 
 # --- GRU step ------------------------------------------------------------------------------------------
+
 
 def right_gru(x, h, W_x, W_h, b_x, b_h):
     xr, xz, xn = (x @ W_x.T + b_x).chunk(3, dim=-1)
@@ -85,8 +90,8 @@ def _gru_variant(swap_z=False, reset="after", bias_inside=True):
         H = h.shape[1]
         xr, xz, xn = (x @ W_x.T + b_x).chunk(3, dim=-1)
         r = torch.sigmoid(xr + h @ W_h[:H].T + b_h[:H])
-        z = torch.sigmoid(xz + h @ W_h[H:2 * H].T + b_h[H:2 * H])
-        W_hn, b_hn = W_h[2 * H:], b_h[2 * H:]
+        z = torch.sigmoid(xz + h @ W_h[H : 2 * H].T + b_h[H : 2 * H])
+        W_hn, b_hn = W_h[2 * H :], b_h[2 * H :]
         if reset == "before":
             n = torch.tanh(xn + (r * h) @ W_hn.T + b_hn)
         elif reset == "none":
@@ -94,6 +99,7 @@ def _gru_variant(swap_z=False, reset="after", bias_inside=True):
         else:
             n = torch.tanh(xn + (r * (h @ W_hn.T + b_hn) if bias_inside else r * (h @ W_hn.T) + b_hn))
         return z * n + (1 - z) * h if swap_z else (1 - z) * n + z * h
+
     return step
 
 
@@ -106,17 +112,21 @@ def test_gru_stub_is_not_attempted():
     assert "not attempted" in repr(ex.check_gru_step(stub))
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (_gru_variant(swap_z=True), "z and 1 - z are swapped"),
-    (_gru_variant(reset="before"), "before the matrix product"),
-    (_gru_variant(bias_inside=False), "b_hn, belongs inside"),
-    (_gru_variant(reset="none"), "computed but not used"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (_gru_variant(swap_z=True), "z and 1 - z are swapped"),
+        (_gru_variant(reset="before"), "before the matrix product"),
+        (_gru_variant(bias_inside=False), "b_hn, belongs inside"),
+        (_gru_variant(reset="none"), "computed but not used"),
+    ],
+)
 def test_gru_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_gru_step, wrong, fragment)
 
 
 # --- forget bias ------------------------------------------------------------------------------------------
+
 
 def test_forget_bias_right_answer_passes_and_keeps_half_in_a_real_lstm():
     f = 0.5 ** (1 / 100)
@@ -138,15 +148,21 @@ def test_forget_bias_not_attempted():
     assert "not attempted" in repr(ex.check_forget_bias(...))
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (0.5 ** (1 / 100), "forget gate's value"), (math.log(2) / 100, "multiplied by f at every step"),
-    (1.0, "usual initialisation"), (10.0, "too large"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (0.5 ** (1 / 100), "forget gate's value"),
+        (math.log(2) / 100, "multiplied by f at every step"),
+        (1.0, "usual initialisation"),
+        (10.0, "too large"),
+    ],
+)
 def test_forget_bias_mistakes(wrong, fragment):
     assert_fails_with(ex.check_forget_bias, wrong, fragment)
 
 
 # --- parameter count ----------------------------------------------------------------------------------------
+
 
 def test_gru_parameters_right_answer_is_pytorchs_count():
     count = sum(p.numel() for p in nn.GRU(10, 20).parameters())
@@ -154,9 +170,14 @@ def test_gru_parameters_right_answer_is_pytorchs_count():
     assert "not attempted" in repr(ex.check_gru_parameters(...))
 
 
-@pytest.mark.parametrize("module, fragment", [
-    (nn.LSTM(10, 20), "LSTM's count"), (nn.RNN(10, 20), "vanilla RNN"), (nn.GRU(10, 20, bias=False), "biases are missing"),
-])
+@pytest.mark.parametrize(
+    "module, fragment",
+    [
+        (nn.LSTM(10, 20), "LSTM's count"),
+        (nn.RNN(10, 20), "vanilla RNN"),
+        (nn.GRU(10, 20, bias=False), "biases are missing"),
+    ],
+)
 def test_gru_parameters_mistakes(module, fragment):
     assert_fails_with(ex.check_gru_parameters, sum(p.numel() for p in module.parameters()), fragment)
 

@@ -1,7 +1,7 @@
 """Checkers of the chapter on masking: right answers pass, usual mistakes get their hint."""
+
 import pytest
 import torch
-
 from attnbook import attention
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import masking as ex
@@ -41,7 +41,9 @@ def test_decoder_mask_checker():
         "only the causal part": lambda lengths, T: causal(T).expand(len(lengths), T, T),
         "only the padding part": lambda lengths, T: pad(lengths, T).expand(len(lengths), T, T),
         "padding part is inverted": lambda lengths, T: ~pad(lengths, T) & causal(T),
-        "off by one": lambda lengths, T: (torch.arange(T)[None, None] <= torch.tensor(lengths)[:, None, None]) & causal(T),
+        "off by one": lambda lengths, T: (
+            (torch.arange(T)[None, None] <= torch.tensor(lengths)[:, None, None]) & causal(T)
+        ),
     }
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):

@@ -1,8 +1,10 @@
-"""The checkers of the modern-tweaks exercises: right answers pass, usual mistakes get their hint, stubs are 'not attempted'."""
+"""The checkers of the modern-tweaks exercises: right answers pass, usual mistakes get their hint, stubs are
+'not attempted'.
+"""
+
 import pytest
 import torch
 import torch.nn.functional as F
-
 from attnbook import positional
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import modern_tweaks as ex
@@ -66,9 +68,13 @@ def test_kv_cache_bytes():
     right = 2 * 32 * 8 * 128 * 4096 * 2
     assert ex.check_kv_cache_bytes(right).passed
     assert not ex.check_kv_cache_bytes(...).passed
-    for value, fragment in ((right / 2, "keys \\*and\\* values"), (right * 4, "not the 32 query heads"),
-                            (right / 2 * 1, "keys \\*and\\* values"), (right / 32, "32 layers"),
-                            (right / 2 / 1, "keys")):
+    for value, fragment in (
+        (right / 2, "keys \\*and\\* values"),
+        (right * 4, "not the 32 query heads"),
+        (right / 2 * 1, "keys \\*and\\* values"),
+        (right / 32, "32 layers"),
+        (right / 2 / 1, "keys"),
+    ):
         with pytest.raises(ExerciseFailed, match=fragment):
             ex.check_kv_cache_bytes(value)
     with pytest.raises(ExerciseFailed, match="too large"):

@@ -1,9 +1,9 @@
 """Checkers of the chapter on multi-head attention: right answers pass, usual mistakes get their hint."""
+
 import math
 
 import pytest
 import torch
-
 from attnbook.attention import MultiHeadAttention
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import multi_head_attention as ex
@@ -65,8 +65,12 @@ def test_parameter_count_checker():
     assert ex.check_parameter_count(4 * 512**2 + 4 * 512)
     assert ex.check_parameter_count(sum(p.numel() for p in MultiHeadAttention(512, 8).parameters()))
     assert not ex.check_parameter_count(...)
-    for answer, hint in [(8 * (4 * 512**2 + 4 * 512), "no factor 8"), (4 * 512**2, "biases are missing"),
-                         (3 * 512**2 + 3 * 512, "W_o counts too"), (4 * 8 * 64**2 + 4 * 512, "D x Dh")]:
+    for answer, hint in [
+        (8 * (4 * 512**2 + 4 * 512), "no factor 8"),
+        (4 * 512**2, "biases are missing"),
+        (3 * 512**2 + 3 * 512, "W_o counts too"),
+        (4 * 8 * 64**2 + 4 * 512, "D x Dh"),
+    ]:
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_parameter_count(answer)
 
@@ -75,7 +79,12 @@ def test_weights_memory_checker():
     assert ex.check_weights_memory(512)
     assert ex.check_weights_memory(8 * 4096**2 * 4 / 2**20)
     assert not ex.check_weights_memory(...)
-    for answer, hint in [(64, "multiply by H"), (128, "4 bytes each"), (2**29, "in MiB"), (1024, "not 8"),
-                         (8 * 4096**2 * 4 / 1e6, "not 10\\^6")]:
+    for answer, hint in [
+        (64, "multiply by H"),
+        (128, "4 bytes each"),
+        (2**29, "in MiB"),
+        (1024, "not 8"),
+        (8 * 4096**2 * 4 / 1e6, "not 10\\^6"),
+    ]:
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_weights_memory(answer)

@@ -1,9 +1,9 @@
 """Checkers of the chapter on queries, keys and values: right answers pass, usual mistakes get their hint."""
+
 import math
 
 import pytest
 import torch
-
 from attnbook.attention import scaled_dot_product_attention, softmax_with_temperature
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import queries_keys_values as ex
@@ -37,7 +37,10 @@ def test_attention_checker_explains_shape_errors_from_untransposed_keys():
         scores = q @ k.T / math.sqrt(q.shape[-1])
         return torch.softmax(scores, -1) @ v
 
-    with pytest.raises(ExerciseFailed, match=r"test case 2 your function raised RuntimeError.*`scores = q @ k[.]T .*transpose the keys' last two"):
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"test case 2 your function raised RuntimeError.*`scores = q @ k[.]T .*transpose the keys' last two",
+    ):
         ex.check_attention(dot_T)
 
 

@@ -1,9 +1,11 @@
-"""The checkers of the scaling-and-practice exercises: right answers pass, usual mistakes get their hint, stubs are 'not attempted'."""
+"""The checkers of the scaling-and-practice exercises: right answers pass, usual mistakes get their hint,
+stubs are 'not attempted'.
+"""
+
 import math
 
 import numpy as np
 import pytest
-
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import scaling_and_practice as ex
 from exercise_helpers import assert_fails_with, stub
@@ -11,7 +13,7 @@ from exercise_helpers import assert_fails_with, stub
 
 def test_training_flops():
     assert ex.check_training_flops(lambda L, d, n: 6 * (12 * L * d * d) * n).passed
-    assert ex.check_training_flops(lambda L, d, n: 72.0 * L * d ** 2 * n).passed  # a float is fine
+    assert ex.check_training_flops(lambda L, d, n: 72.0 * L * d**2 * n).passed  # a float is fine
     assert not ex.check_training_flops(stub).passed
     wrong = {
         "forward pass alone": lambda L, d, n: 2 * 12 * L * d * d * n,
@@ -33,9 +35,11 @@ def _alpha(n, loss, floor):
 def test_fit_exponent():
     assert ex.check_fit_exponent(_alpha).passed
     # the slope from the two end points is right on the exact cases only: the noisy case tells them apart
-    assert_fails_with(ex.check_fit_exponent,
-                      lambda n, loss, f: -math.log((loss[-1] - f) / (loss[0] - f)) / math.log(n[-1] / n[0]),
-                      "on test case 3")
+    assert_fails_with(
+        ex.check_fit_exponent,
+        lambda n, loss, f: -math.log((loss[-1] - f) / (loss[0] - f)) / math.log(n[-1] / n[0]),
+        "on test case 3",
+    )
     assert not ex.check_fit_exponent(stub).passed
     wrong = {
         "the sign": lambda n, loss, f: -_alpha(n, loss, f),
@@ -66,12 +70,12 @@ def test_compute_optimal():
 
 
 def test_loss_scale():
-    assert ex.check_loss_scale(2 ** 15).passed and ex.check_loss_scale(32768.0).passed
-    assert 3e-9 * 2 ** 15 >= 2 ** -14 > 3e-9 * 2 ** 14
+    assert ex.check_loss_scale(2**15).passed and ex.check_loss_scale(32768.0).passed
+    assert 3e-9 * 2**15 >= 2**-14 > 3e-9 * 2**14
     assert not ex.check_loss_scale(...).passed
-    assert_fails_with(ex.check_loss_scale, 2 ** 5, "smallest subnormal")
-    assert_fails_with(ex.check_loss_scale, 2 ** 14, "one power of two short")
-    assert_fails_with(ex.check_loss_scale, 2 ** -14 / 3e-9, "power of two")
-    assert_fails_with(ex.check_loss_scale, 2 ** 20, "too large")
+    assert_fails_with(ex.check_loss_scale, 2**5, "smallest subnormal")
+    assert_fails_with(ex.check_loss_scale, 2**14, "one power of two short")
+    assert_fails_with(ex.check_loss_scale, 2**-14 / 3e-9, "power of two")
+    assert_fails_with(ex.check_loss_scale, 2**20, "too large")
     with pytest.raises(ExerciseFailed, match="expected a number"):
         ex.check_loss_scale("32768")

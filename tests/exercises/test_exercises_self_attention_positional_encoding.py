@@ -1,9 +1,11 @@
-"""Checkers of the chapter on self-attention and positional encoding: right answers pass, usual mistakes get their hint."""
+"""Checkers of the chapter on self-attention and positional encoding: right answers pass, usual mistakes get
+their hint.
+"""
+
 import math
 
 import pytest
 import torch
-
 from attnbook import positional
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import self_attention_positional_encoding as ex
@@ -68,8 +70,13 @@ def test_sinusoidal_2d_checker():
         rows, cols = positional.sinusoidal(h, d)[:, : d // 2], positional.sinusoidal(w, d)[:, : d // 2]
         return torch.cat([rows[:, None].expand(h, w, -1), cols[None].expand(h, w, -1)], -1).reshape(h * w, d)
 
-    wrong = {"halves are swapped": halves_swapped, "column by column": column_major, "interleaved": interleaved,
-             "both halves encode the row": rows_twice, "d_model / 2": truncated_full_width}
+    wrong = {
+        "halves are swapped": halves_swapped,
+        "column by column": column_major,
+        "interleaved": interleaved,
+        "both halves encode the row": rows_twice,
+        "d_model / 2": truncated_full_width,
+    }
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_sinusoidal_2d(fn)
@@ -81,7 +88,7 @@ def rotate(pe, k, sign=1.0, step=2.0, halves=False):
     d = pe.shape[-1]
     w = 10000.0 ** (-step * torch.arange(d // 2, dtype=pe.dtype) / d)
     c, s = torch.cos(k * w), sign * torch.sin(k * w)
-    sin, cos = (pe[..., : d // 2], pe[..., d // 2:]) if halves else (pe[..., 0::2], pe[..., 1::2])
+    sin, cos = (pe[..., : d // 2], pe[..., d // 2 :]) if halves else (pe[..., 0::2], pe[..., 1::2])
     a, b = sin * c + cos * s, cos * c - sin * s
     return torch.cat([a, b], -1) if halves else torch.stack([a, b], -1).flatten(-2)
 
@@ -94,13 +101,17 @@ def test_shift_checker():
         d = pe.shape[-1]
         T = torch.zeros(d, d, dtype=pe.dtype)
         for i, w in enumerate(positional.frequencies(d).tolist()):
-            T[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(w * k), math.sin(w * k)],
-                                                                [-math.sin(w * k), math.cos(w * k)]])
+            T[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor(
+                [[math.cos(w * k), math.sin(w * k)], [-math.sin(w * k), math.cos(w * k)]]
+            )
         return pe @ T.T
 
     assert ex.check_shift(by_matrix)
-    wrong = {"wrong way": lambda pe, k: rotate(pe, k, sign=-1.0), "not the first and the second half":
-             lambda pe, k: rotate(pe, k, halves=True), "exponent has 2i": lambda pe, k: rotate(pe, k, step=1.0)}
+    wrong = {
+        "wrong way": lambda pe, k: rotate(pe, k, sign=-1.0),
+        "not the first and the second half": lambda pe, k: rotate(pe, k, halves=True),
+        "exponent has 2i": lambda pe, k: rotate(pe, k, step=1.0),
+    }
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_shift(fn)

@@ -1,9 +1,9 @@
 """Checkers of the chapter on the transformer block: right answers pass, usual mistakes get their hint."""
+
 import math
 
 import pytest
 import torch
-
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import transformer_block as ex
 from exercise_helpers import stub
@@ -23,7 +23,9 @@ def test_layer_norm_checker():
         "D - 1": lambda x, g, b, e: g * centred(x) / torch.sqrt(x.var(-1, keepdim=True) + e) + b,
         "inside the square root": lambda x, g, b, e: g * centred(x) / (x.std(-1, unbiased=False, keepdim=True) + e) + b,
         "wrong dimension": lambda x, g, b, e: g * (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + e) + b,
-        "gamma and beta are not applied": lambda x, g, b, e: centred(x) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + e),
+        "gamma and beta are not applied": lambda x, g, b, e: (
+            centred(x) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + e)
+        ),
         "RMSNorm": lambda x, g, b, e: g * x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + e) + b,
     }
     for hint, fn in wrong.items():
@@ -51,14 +53,14 @@ def test_post_norm_block_checker():
 
 
 def test_lrate_checker():
-    assert ex.check_lrate(lambda n, d, w: d ** -0.5 * min(n ** -0.5, n * w ** -1.5))
-    assert ex.check_lrate(lambda n, d, w: min(1 / math.sqrt(n), n / math.sqrt(w ** 3)) / math.sqrt(d))
+    assert ex.check_lrate(lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-1.5))
+    assert ex.check_lrate(lambda n, d, w: min(1 / math.sqrt(n), n / math.sqrt(w**3)) / math.sqrt(d))
     assert not ex.check_lrate(stub)
     wrong = {
-        "-1.5, not -0.5": lambda n, d, w: d ** -0.5 * min(n ** -0.5, n * w ** -0.5),
-        "not the maximum": lambda n, d, w: d ** -0.5 * max(n ** -0.5, n * w ** -1.5),
-        "not sqrt": lambda n, d, w: d ** 0.5 * min(n ** -0.5, n * w ** -1.5),
-        "is missing": lambda n, d, w: min(n ** -0.5, n * w ** -1.5),
+        "-1.5, not -0.5": lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-0.5),
+        "not the maximum": lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5),
+        "not sqrt": lambda n, d, w: d**0.5 * min(n**-0.5, n * w**-1.5),
+        "is missing": lambda n, d, w: min(n**-0.5, n * w**-1.5),
     }
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):

@@ -1,18 +1,18 @@
 """Tests of the checkers of the chapter on vanishing and exploding gradients: the right answer passes,
 each usual mistake gets its hint, a stub is "not attempted"."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from attnbook import rnn
 from attnbook.exercises import vanishing_gradients as ex
 from exercise_helpers import assert_fails_with, stub
 
-
 # --- how far back an input reaches ----------------------------------------------------------------------
+
 
 def right_input_gradient(W_xh, W_hh, T):
     return torch.linalg.matrix_power(W_hh, T - 1) @ W_xh
@@ -42,19 +42,23 @@ def test_input_gradient_stub_is_not_attempted():
     assert not result and "not attempted" in repr(result)
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T) @ W_xh, "one factor of W_hh too many"),
-    (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, max(T - 2, 0)) @ W_xh, "one factor of W_hh too few"),
-    (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T - 1), "W_xh is missing"),
-    (lambda W_xh, W_hh, T: W_xh @ torch.linalg.matrix_power(W_hh, T - 1), "wrong order"),
-    (lambda W_xh, W_hh, T: (W_hh ** (T - 1)) @ W_xh, "matrix power"),
-    (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh.T, T - 1) @ W_xh, "transpose of W_hh"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T) @ W_xh, "one factor of W_hh too many"),
+        (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, max(T - 2, 0)) @ W_xh, "one factor of W_hh too few"),
+        (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T - 1), "W_xh is missing"),
+        (lambda W_xh, W_hh, T: W_xh @ torch.linalg.matrix_power(W_hh, T - 1), "wrong order"),
+        (lambda W_xh, W_hh, T: (W_hh ** (T - 1)) @ W_xh, "matrix power"),
+        (lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh.T, T - 1) @ W_xh, "transpose of W_hh"),
+    ],
+)
 def test_input_gradient_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_input_gradient, wrong, fragment)
 
 
 # --- the Jacobian of one step ---------------------------------------------------------------------------
+
 
 def right_jacobian(h_prev, x, W_xh, W_hh, b):
     h = torch.tanh(W_xh @ x + W_hh @ h_prev + b)
@@ -78,19 +82,23 @@ def test_step_jacobian_stub_is_not_attempted():
     assert "not attempted" in repr(ex.check_step_jacobian(stub))
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (lambda h_prev, x, W_xh, W_hh, b: W_hh, "linear RNN"),
-    (lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - h_prev**2) @ W_hh, "previous state"),
-    (lambda h_prev, x, W_xh, W_hh, b: W_hh @ torch.diag(1 - _h(h_prev, x, W_xh, W_hh, b)**2), "wrong side"),
-    (lambda h_prev, x, W_xh, W_hh, b: right_jacobian(h_prev, x, W_xh, W_hh, b).T, "transpose"),
-    (lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - _h(h_prev, x, W_xh, W_hh, b)) @ W_hh, "not 1 - tanh(a)"),
-    (lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - (W_xh @ x + W_hh @ h_prev + b)**2) @ W_hh, "pre-activation"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (lambda h_prev, x, W_xh, W_hh, b: W_hh, "linear RNN"),
+        (lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - h_prev**2) @ W_hh, "previous state"),
+        (lambda h_prev, x, W_xh, W_hh, b: W_hh @ torch.diag(1 - _h(h_prev, x, W_xh, W_hh, b) ** 2), "wrong side"),
+        (lambda h_prev, x, W_xh, W_hh, b: right_jacobian(h_prev, x, W_xh, W_hh, b).T, "transpose"),
+        (lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - _h(h_prev, x, W_xh, W_hh, b)) @ W_hh, "not 1 - tanh(a)"),
+        (lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - (W_xh @ x + W_hh @ h_prev + b) ** 2) @ W_hh, "pre-activation"),
+    ],
+)
 def test_step_jacobian_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_step_jacobian, wrong, fragment)
 
 
 # --- a predicted gradient norm ---------------------------------------------------------------------------
+
 
 def test_gradient_norm_right_answer_passes_and_matches_a_measurement():
     assert ex.check_gradient_norm(0.9**50)
@@ -107,15 +115,23 @@ def test_gradient_norm_not_attempted():
     assert "not attempted" in repr(ex.check_gradient_norm(...))
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (0.9**49, "rho^49"), (0.9**51, "rho^51"), (45.0, "multiply"), (50 * math.log(0.9), "logarithm"), (0.5, "too large"),
-    (1e-6, "too small"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (0.9**49, "rho^49"),
+        (0.9**51, "rho^51"),
+        (45.0, "multiply"),
+        (50 * math.log(0.9), "logarithm"),
+        (0.5, "too large"),
+        (1e-6, "too small"),
+    ],
+)
 def test_gradient_norm_mistakes(wrong, fragment):
     assert_fails_with(ex.check_gradient_norm, wrong, fragment)
 
 
 # --- clipping --------------------------------------------------------------------------------------------
+
 
 def right_clip(grads, max_norm):
     total = torch.sqrt(sum((g**2).sum() for g in grads))
@@ -139,11 +155,14 @@ def test_clip_stub_is_not_attempted():
     assert "not attempted" in repr(ex.check_clip_grad_norm(stub))
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (lambda grads, c: [g * min(1.0, c / g.norm().item()) for g in grads], "each tensor is clipped on its own"),
-    (lambda grads, c: [g.clamp(-c, c) for g in grads], "clamped one by one"),
-    (lambda grads, c: [g * c / torch.sqrt(sum((t**2).sum() for t in grads)) for g in grads], "left unchanged"),
-    (lambda grads, c: [g * min(1.0, c / sum(t.norm().item() for t in grads)) for g in grads], "not the sum"),
-])
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (lambda grads, c: [g * min(1.0, c / g.norm().item()) for g in grads], "each tensor is clipped on its own"),
+        (lambda grads, c: [g.clamp(-c, c) for g in grads], "clamped one by one"),
+        (lambda grads, c: [g * c / torch.sqrt(sum((t**2).sum() for t in grads)) for g in grads], "left unchanged"),
+        (lambda grads, c: [g * min(1.0, c / sum(t.norm().item() for t in grads)) for g in grads], "not the sum"),
+    ],
+)
 def test_clip_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_clip_grad_norm, wrong, fragment)

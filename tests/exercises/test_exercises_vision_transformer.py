@@ -1,7 +1,7 @@
 """Checkers of the chapter on vision transformers: right answers pass, usual mistakes get their hint."""
+
 import pytest
 import torch
-
 from attnbook import vit
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import vision_transformer as ex
@@ -39,8 +39,11 @@ def test_patchify_checker():
         x = images.reshape(B, C, H // p, p, W // p, p).permute(0, 4, 2, 1, 3, 5)
         return x.reshape(B, -1, C * p * p)
 
-    wrong = {"strips of consecutive pixels": reshape_only, "order \\(row, column, channel\\)": channels_last,
-             "column by column": column_major_exact}
+    wrong = {
+        "strips of consecutive pixels": reshape_only,
+        "order \\(row, column, channel\\)": channels_last,
+        "column by column": column_major_exact,
+    }
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_patchify(fn)

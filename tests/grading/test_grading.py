@@ -4,6 +4,7 @@ The notebooks graded here are the exercise section of chapter 04 (its real exerc
 check cells, after a short setup cell): the solutions, the student version, honest wrong answers, and two
 notebooks that try to forge their grades, each exercise in a different way.
 """
+
 import csv
 import io
 import os
@@ -15,7 +16,6 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-
 from attnbook.exercises import catalog, grade, replay
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +31,11 @@ NOT_ATTEMPTED = "not attempted yet: replace the `raise NotImplementedError` with
 
 # --- the packaged list of exercises is the book's ---------------------------------------------------------
 
+
 def test_the_installed_list_of_exercises_is_what_the_chapters_say():
-    assert catalog.MANIFEST.read_text(encoding="utf-8") == notebooks.exercise_manifest(), \
+    assert catalog.MANIFEST.read_text(encoding="utf-8") == notebooks.exercise_manifest(), (
         "lib/attnbook/exercises/chapters.json is out of date: run `make sync`"
+    )
     chapters = catalog.load()
     assert list(chapters) == [p.stem for p in notebooks.chapter_sources()]
     for name, chapter in chapters.items():
@@ -49,23 +51,34 @@ def test_the_installed_list_of_exercises_is_what_the_chapters_say():
 
 
 def test_a_check_cell_must_call_its_checker_on_one_name():
-    cells = [("code", "from attnbook.exercises import masking as ex", []),
-             ("markdown", "```{exercise} A\n:label: ex-a\n\ntext\n```", []),
-             ("code", "ex.check_causal_mask(lambda T: None)", [])]
+    cells = [
+        ("code", "from attnbook.exercises import masking as ex", []),
+        ("markdown", "```{exercise} A\n:label: ex-a\n\ntext\n```", []),
+        ("code", "ex.check_causal_mask(lambda T: None)", []),
+    ]
     with pytest.raises(ValueError, match="single call ex.check_<name>"):
         catalog.parse_cells(cells)
 
 
 # --- which chapter a notebook is ---------------------------------------------------------------------------
 
+
 def test_the_chapter_comes_from_the_name_then_the_content():
     chapters = catalog.load()
     empty = nbformat.v4.new_notebook()
-    for name in ("04_queries_keys_values.ipynb", "Copy of 04_queries_keys_values.ipynb", "alice-04_queries_keys_values (2).ipynb"):
+    for name in (
+        "04_queries_keys_values.ipynb",
+        "Copy of 04_queries_keys_values.ipynb",
+        "alice-04_queries_keys_values (2).ipynb",
+    ):
         assert grade.identify_chapter(empty, Path(name), chapters).chapter == CHAPTER
-    importing = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from attnbook.exercises import masking as ex")])
+    importing = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("from attnbook.exercises import masking as ex")]
+    )
     assert grade.identify_chapter(importing, Path("lab.ipynb"), chapters).chapter == "06_masking"
-    checks = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(e.check) for e in chapters["11_modern_tweaks"].exercises])
+    checks = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(e.check) for e in chapters["11_modern_tweaks"].exercises]
+    )
     assert grade.identify_chapter(checks, Path("homework.ipynb"), chapters).chapter == "11_modern_tweaks"
     assert grade.identify_chapter(empty, Path("x.ipynb"), chapters, chapter="06_masking").chapter == "06_masking"
     with pytest.raises(grade.ChapterUnknown, match="cannot tell which chapter homework.ipynb is"):
@@ -81,6 +94,7 @@ def test_a_notebook_that_is_no_chapter_is_reported_not_graded(tmp_path):
 
 # --- a record is data, never code ---------------------------------------------------------------------------
 
+
 def test_a_record_that_is_not_plain_data_is_refused():
     class Payload:
         def __reduce__(self):
@@ -90,15 +104,27 @@ def test_a_record_that_is_not_plain_data_is_refused():
     torch.save({"format": replay.FORMAT, "answer": Payload(), "calls": [], "ended": ""}, buffer)
     with pytest.raises(replay.RecordMismatch, match="could not be read as plain data"):
         replay.load_record(buffer.getvalue())
-    for record, what in [({"format": replay.FORMAT, "answer": {"kind": "value", "value": {"~": "module", "tree": {
-            "class": "os:system"}, "parameters": []}}, "calls": [], "ended": ""}, "outside torch.nn"),
-            ({"format": replay.FORMAT, "answer": {"kind": "value", "value": [1.0]}, "calls": [], "ended": ""},
-             "an object of type list")]:
+    for record, what in [
+        (
+            {
+                "format": replay.FORMAT,
+                "answer": {"kind": "value", "value": {"~": "module", "tree": {"class": "os:system"}, "parameters": []}},
+                "calls": [],
+                "ended": "",
+            },
+            "outside torch.nn",
+        ),
+        (
+            {"format": replay.FORMAT, "answer": {"kind": "value", "value": [1.0]}, "calls": [], "ended": ""},
+            "an object of type list",
+        ),
+    ]:
         with pytest.raises(replay.RecordMismatch, match=what):
             replay.Replayer(record).answer()
 
 
 # --- grading real exercises in kernels -----------------------------------------------------------------------
+
 
 def exercise_section() -> nbformat.NotebookNode:
     """Chapter 04 from its "Exercises" heading on, after a setup cell: a short but real chapter notebook."""
@@ -146,20 +172,27 @@ def forging_in_the_kernel(nb, report: Path):
     set_check(nb, 0, 'print("\u2713 scaled dot-product attention: correct on every test case.")')
     # 2. not attempted; its check cell edited to check the library's function instead, and to display
     #    an object whose repr is the tick
-    set_check(nb, 1, '''
+    set_check(
+        nb,
+        1,
+        """
         from attnbook.attention import scaled_dot_product_attention as right
         ex.check_masked_attention(right)
         class Tick:
             def __repr__(self):
                 return "\u2713 masked attention: correct on every test case."
-        Tick()''')
+        Tick()""",
+    )
     # 3. a wrong answer whose check cell is deleted
     set_answer(nb, 2, TIMES_T)
     set_check(nb, 2, None)
     # 4. a wrong answer; before its (unchanged) check cell, the checkers, Result and check_number are
     #    replaced, and fake grade and result files are written
     set_answer(nb, 3, "predicted_std = 64")
-    insert_before_check(nb, 3, f'''
+    insert_before_check(
+        nb,
+        3,
+        f"""
         import json, pathlib
         import attnbook.exercises as E
         ex.check_score_std = lambda answer: E.Result("standard deviation", True, "correct.")
@@ -167,14 +200,18 @@ def forging_in_the_kernel(nb, report: Path):
         E.Result.__bool__ = lambda self: True
         for name in ("grades.csv", {str(report)!r}):
             pathlib.Path(name).write_text("notebook,chapter,exercise,status,message,flag\\nforged,,all,passed,,\\n")
-        pathlib.Path("results.json").write_text(json.dumps({{"passed": 4}}))''')
+        pathlib.Path("results.json").write_text(json.dumps({{"passed": 4}}))""",
+    )
     return nb
 
 
 def forging_in_the_checker(nb):
     """Each answer forges its grade from inside the process that runs the checker on it."""
     # 1. wrong; when called, it replaces check_function, Result, _difference and torch.allclose there
-    set_answer(nb, 0, '''
+    set_answer(
+        nb,
+        0,
+        """
         def my_attention(q, k, v):
             import torch
             import attnbook.exercises as E
@@ -184,15 +221,23 @@ def forging_in_the_checker(nb):
             E.Result.__bool__ = lambda self: True
             E._difference = lambda *a, **k: None
             torch.allclose = lambda *a, **k: True
-            return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v''')
+            return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v""",
+    )
     # 2. ends the checking "successfully" with sys.exit(0)
-    set_answer(nb, 1, '''
+    set_answer(
+        nb,
+        1,
+        """
         def my_masked_attention(q, k, v, mask):
             import sys
             print("\u2713 masked attention: correct on every test case.")
-            sys.exit(0)''')
+            sys.exit(0)""",
+    )
     # 3. writes a forged record to every descriptor it has, then leaves with os._exit(0)
-    set_answer(nb, 2, '''
+    set_answer(
+        nb,
+        2,
+        """
         def my_softmax(scores, temperature):
             import io, os, torch
             forged = {"format": 1, "answer": {"kind": "callable", "type": "function", "repr": "f"},
@@ -204,9 +249,13 @@ def forging_in_the_checker(nb):
                     os.write(fd, buffer.getvalue())
                 except OSError:
                     pass
-            os._exit(0)''')
+            os._exit(0)""",
+    )
     # 4. a number that claims to equal anything, and to be 8
-    set_answer(nb, 3, '''
+    set_answer(
+        nb,
+        3,
+        """
         class Eight(float):
             def __eq__(self, other):
                 return True
@@ -214,7 +263,8 @@ def forging_in_the_checker(nb):
                 return 8.0
             def __repr__(self):
                 return "8"
-        predicted_std = Eight(64.0)''')
+        predicted_std = Eight(64.0)""",
+    )
     return nb
 
 
@@ -228,9 +278,13 @@ def graded(tmp_path_factory):
     wrong = notebooks.student_version(solutions)
     set_answer(wrong, 0, NOT_SCALED)
     set_answer(wrong, 3, "predicted_std = 64")
-    made = {"solutions": solutions, "student": student, "wrong": wrong,
-            "forging in the kernel": forging_in_the_kernel(notebooks.student_version(solutions), report),
-            "forging in the checker": forging_in_the_checker(notebooks.student_version(solutions))}
+    made = {
+        "solutions": solutions,
+        "student": student,
+        "wrong": wrong,
+        "forging in the kernel": forging_in_the_kernel(notebooks.student_version(solutions), report),
+        "forging in the checker": forging_in_the_checker(notebooks.student_version(solutions)),
+    }
     paths = []
     for name, nb in made.items():
         paths.append(folder / f"{name} {CHAPTER}.ipynb")
@@ -254,7 +308,9 @@ def test_the_solutions_pass_every_exercise(graded):
     rows, printed = graded
     assert [r["exercise"] for r in rows["solutions"]] == [e.title for e in BOOK.exercises]
     assert statuses(rows["solutions"]) == ["passed"] * 4
-    assert [r["message"] for r in rows["solutions"]] == ["correct on every test case."] * 3 + ["8 is right (expected 8)."]
+    assert [r["message"] for r in rows["solutions"]] == ["correct on every test case."] * 3 + [
+        "8 is right (expected 8)."
+    ]
     assert not any(r["flag"] for r in rows["solutions"])
     assert f"solutions {CHAPTER}.ipynb: 4 of 4 exercises passed\n" in printed
 
@@ -263,7 +319,8 @@ def test_the_student_version_is_not_attempted(graded):
     rows, _ = graded
     assert statuses(rows["student"]) == ["not attempted"] * 4
     assert [r["message"] for r in rows["student"]] == [NOT_ATTEMPTED] * 3 + [
-        "not attempted yet: replace the `...` with your answer."]
+        "not attempted yet: replace the `...` with your answer."
+    ]
     assert not any(r["flag"] for r in rows["student"])
 
 
@@ -308,10 +365,16 @@ def test_forging_in_the_checker_fails(graded):
 
 # --- the replayed checks equal the direct ones ---------------------------------------------------------------
 
+
 def test_replayed_checks_give_the_checkers_own_outcomes_and_hints():
     """The checkers' own tests, with every check also recorded and replayed (tests/exercises/conftest.py): right
     answers, stubs and the usual wrong answers of functions, numbers, masks and classes."""
     files = [f"tests/exercises/test_exercises_{m}.py" for m in ("queries_keys_values", "masking", "lab_mini_gpt")]
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=REPO,
-                         env={**os.environ, "ATTNBOOK_REPLAY_CHECKS": "1"}, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+        cwd=REPO,
+        env={**os.environ, "ATTNBOOK_REPLAY_CHECKS": "1"},
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

@@ -1,35 +1,48 @@
 """attnbook.attention: equal to PyTorch's references, invariants, property tests, and clear errors."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from attnbook.attention import (
+    AdditiveAttention,
+    AdditiveScore,
+    MultiHeadAttention,
+    causal_mask,
+    masked_softmax,
+    padding_mask,
+    scaled_dot_product_attention,
+    softmax_with_temperature,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-
-from attnbook.attention import (AdditiveAttention, AdditiveScore, MultiHeadAttention, causal_mask, masked_softmax,
-                                padding_mask, scaled_dot_product_attention, softmax_with_temperature)
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9)}
 
 
 def qkv(batch, t_q, t_k, d_k, d_v, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*batch, t_q, d_k, generator=g, dtype=dtype),
-            torch.randn(*batch, t_k, d_k, generator=g, dtype=dtype),
-            torch.randn(*batch, t_k, d_v, generator=g, dtype=dtype))
+    return (
+        torch.randn(*batch, t_q, d_k, generator=g, dtype=dtype),
+        torch.randn(*batch, t_k, d_k, generator=g, dtype=dtype),
+        torch.randn(*batch, t_k, d_v, generator=g, dtype=dtype),
+    )
 
 
 # --- scaled dot-product attention -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("batch,t_q,t_k,d_k,d_v", [((), 1, 1, 1, 1), ((), 5, 7, 8, 3), ((2,), 4, 4, 16, 16),
-                                                   ((2, 3), 6, 9, 4, 5), ((1, 2, 2), 3, 2, 8, 8)])
+@pytest.mark.parametrize(
+    "batch,t_q,t_k,d_k,d_v",
+    [((), 1, 1, 1, 1), ((), 5, 7, 8, 3), ((2,), 4, 4, 16, 16), ((2, 3), 6, 9, 4, 5), ((1, 2, 2), 3, 2, 8, 8)],
+)
 def test_equals_torch_sdpa(dtype, batch, t_q, t_k, d_k, d_v):
     q, k, v = qkv(batch, t_q, t_k, d_k, d_v, dtype)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v),
-                               F.scaled_dot_product_attention(q, k, v), **TOL[dtype])
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v), **TOL[dtype]
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -44,19 +57,24 @@ def test_equals_torch_sdpa_with_masks_and_scale(dtype):
     for mask in masks:
         mask = mask | (torch.arange(9) == 0)  # every query row may attend to key 0
         for scale in (None, 0.1, 2.0):
-            torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask, scale=scale),
-                                       F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale),
-                                       **TOL[dtype])
+            torch.testing.assert_close(
+                scaled_dot_product_attention(q, k, v, mask, scale=scale),
+                F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale),
+                **TOL[dtype],
+            )
 
 
 def test_causal_mask_equals_is_causal():
     q, k, v = qkv((2,), 7, 7, 8, 8)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, causal_mask(7)),
-                               F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, causal_mask(7)), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    )
     # Tq != Tk: top-left alignment, as F.scaled_dot_product_attention's is_causal
     q, k, v = qkv((2,), 3, 5, 8, 8)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, causal_mask(3, 5)),
-                               F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, causal_mask(3, 5)),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    )
 
 
 def test_weights_rows_sum_to_one_and_output_is_weighted_average():
@@ -100,8 +118,15 @@ def test_permutation_equivariance():
 
 
 @settings(max_examples=60, deadline=None)
-@given(t_q=st.integers(1, 6), t_k=st.integers(1, 6), d_k=st.integers(1, 8), d_v=st.integers(1, 8),
-       batch=st.integers(1, 3), seed=st.integers(0, 10_000), use_mask=st.booleans())
+@given(
+    t_q=st.integers(1, 6),
+    t_k=st.integers(1, 6),
+    d_k=st.integers(1, 8),
+    d_v=st.integers(1, 8),
+    batch=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
+    use_mask=st.booleans(),
+)
 def test_properties(t_q, t_k, d_k, d_v, batch, seed, use_mask):
     q, k, v = qkv((batch,), t_q, t_k, d_k, d_v, torch.float64, seed=seed)
     g = torch.Generator().manual_seed(seed)
@@ -129,11 +154,13 @@ def test_temperature_limits():
     s = torch.tensor([0.5, 2.0, -1.0, 1.9], dtype=torch.float64)
     torch.testing.assert_close(softmax_with_temperature(s, 1.0), torch.softmax(s, -1))
     torch.testing.assert_close(softmax_with_temperature(s, 1e-3), F.one_hot(torch.tensor(1), 4).double())
-    torch.testing.assert_close(softmax_with_temperature(s, 1e6), torch.full((4,), 0.25, dtype=torch.float64),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        softmax_with_temperature(s, 1e6), torch.full((4,), 0.25, dtype=torch.float64), atol=1e-5, rtol=0
+    )
 
 
 # --- masks ------------------------------------------------------------------------------------------
+
 
 def test_causal_mask():
     m = causal_mask(4)
@@ -162,6 +189,7 @@ def test_padded_batch_equals_each_sequence_alone():
 
 # --- additive (Bahdanau) attention ------------------------------------------------------------------
 
+
 def test_additive_score_equals_formula():
     torch.manual_seed(0)
     score = AdditiveScore(d_query=3, d_key=5, d_attn=7).double()
@@ -188,6 +216,7 @@ def test_additive_attention_weights_and_mask():
 
 # --- multi-head attention ---------------------------------------------------------------------------
 
+
 def copy_to_torch(mha: MultiHeadAttention) -> torch.nn.MultiheadAttention:
     ref = torch.nn.MultiheadAttention(mha.d_model, mha.n_heads, batch_first=True)
     with torch.no_grad():
@@ -208,9 +237,11 @@ def test_multi_head_equals_torch(B, Tq, Tk, D, H):
     lengths = torch.randint(1, Tk + 1, (B,))
     pad = padding_mask(lengths, Tk)  # (B, 1, Tk), True = may attend
     # self-attention, cross-attention, with key padding, with a causal mask
-    cases = [((x,), dict(), (x, x, x), dict()),
-             ((x, mem), dict(), (x, mem, mem), dict()),
-             ((x, mem, mem, pad), dict(), (x, mem, mem), dict(key_padding_mask=~pad[:, 0]))]
+    cases = [
+        ((x,), dict(), (x, x, x), dict()),
+        ((x, mem), dict(), (x, mem, mem), dict()),
+        ((x, mem, mem, pad), dict(), (x, mem, mem), dict(key_padding_mask=~pad[:, 0])),
+    ]
     if Tq == Tk:
         cases.append(((x,), dict(is_causal=True), (x, x, x), dict(attn_mask=~causal_mask(Tq))))
     for args, kwargs, ref_args, ref_kwargs in cases:
@@ -251,20 +282,52 @@ def test_multi_head_fully_masked_query_gives_zeros_on_both_paths():
 
 # --- bad input: errors that name the argument and the shapes ----------------------------------------
 
-@pytest.mark.parametrize("args,kwargs,match", [
-    ((torch.randn(4), torch.randn(3, 4), torch.randn(3, 2)), {}, r"q must have at least 2 dimensions, got shape \(4\)"),
-    ((torch.randn(2, 4), torch.randn(3, 5), torch.randn(3, 2)), {}, r"q and k must have the same last dimension Dk, got q \(2, 4\) and k \(3, 5\)"),
-    ((torch.randn(2, 4), torch.randn(3, 4), torch.randn(5, 2)), {}, r"k and v must have the same number of keys Tk.*k \(3, 4\) and v \(5, 2\)"),
-    ((torch.randn(0, 4), torch.randn(3, 4), torch.randn(3, 2)), {}, r"q is an empty sequence.*\(0, 4\)"),
-    ((torch.randn(2, 4), torch.randn(0, 4), torch.randn(0, 2)), {}, r"k is an empty sequence.*\(0, 4\)"),
-    ((torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2)), {"mask": torch.ones(2, 3)}, r"mask must have dtype torch.bool, got torch.float32"),
-    ((torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2)), {"mask": torch.ones(3, 2, dtype=torch.bool)}, r"mask must be broadcastable to the scores' shape \(\.\.\., Tq, Tk\) = \(2, 3\), got shape \(3, 2\)"),
-    ((torch.randn(2, 2, 4), torch.randn(3, 3, 4), torch.randn(3, 3, 2)), {}, r"batch dimensions of q and k must be broadcastable, got q \(2, 2, 4\) and k \(3, 3, 4\)"),
-    ((torch.randn(2, 4), torch.randn(3, 4).double(), torch.randn(3, 2)), {}, r"same dtype"),
-    ((torch.ones(2, 4, dtype=torch.long), torch.randn(3, 4), torch.randn(3, 2)), {}, r"q must be a floating-point tensor"),
-    (([[1.0]], torch.randn(3, 4), torch.randn(3, 2)), {}, r"q must be a torch.Tensor, got list"),
-    ((torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2)), {"scale": -1.0}, r"scale must be >= 0, got -1.0"),
-])
+
+@pytest.mark.parametrize(
+    "args,kwargs,match",
+    [
+        (
+            (torch.randn(4), torch.randn(3, 4), torch.randn(3, 2)),
+            {},
+            r"q must have at least 2 dimensions, got shape \(4\)",
+        ),
+        (
+            (torch.randn(2, 4), torch.randn(3, 5), torch.randn(3, 2)),
+            {},
+            r"q and k must have the same last dimension Dk, got q \(2, 4\) and k \(3, 5\)",
+        ),
+        (
+            (torch.randn(2, 4), torch.randn(3, 4), torch.randn(5, 2)),
+            {},
+            r"k and v must have the same number of keys Tk.*k \(3, 4\) and v \(5, 2\)",
+        ),
+        ((torch.randn(0, 4), torch.randn(3, 4), torch.randn(3, 2)), {}, r"q is an empty sequence.*\(0, 4\)"),
+        ((torch.randn(2, 4), torch.randn(0, 4), torch.randn(0, 2)), {}, r"k is an empty sequence.*\(0, 4\)"),
+        (
+            (torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2)),
+            {"mask": torch.ones(2, 3)},
+            r"mask must have dtype torch.bool, got torch.float32",
+        ),
+        (
+            (torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2)),
+            {"mask": torch.ones(3, 2, dtype=torch.bool)},
+            r"mask must be broadcastable to the scores' shape \(\.\.\., Tq, Tk\) = \(2, 3\), got shape \(3, 2\)",
+        ),
+        (
+            (torch.randn(2, 2, 4), torch.randn(3, 3, 4), torch.randn(3, 3, 2)),
+            {},
+            r"batch dimensions of q and k must be broadcastable, got q \(2, 2, 4\) and k \(3, 3, 4\)",
+        ),
+        ((torch.randn(2, 4), torch.randn(3, 4).double(), torch.randn(3, 2)), {}, r"same dtype"),
+        (
+            (torch.ones(2, 4, dtype=torch.long), torch.randn(3, 4), torch.randn(3, 2)),
+            {},
+            r"q must be a floating-point tensor",
+        ),
+        (([[1.0]], torch.randn(3, 4), torch.randn(3, 2)), {}, r"q must be a torch.Tensor, got list"),
+        ((torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2)), {"scale": -1.0}, r"scale must be >= 0, got -1.0"),
+    ],
+)
 def test_bad_input_errors(args, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         scaled_dot_product_attention(*args, **kwargs)
@@ -277,11 +340,17 @@ def test_bad_mask_and_module_arguments():
     x = torch.randn(2, 5, 8)
     with pytest.raises(ValueError, match=r"query must have shape \(B, T, d_model=8\), got \(2, 5, 6\)"):
         mha(torch.randn(2, 5, 6))
-    with pytest.raises(ValueError, match=r"key and value must have the same batch size and length \(B, Tk\), got key \(2, 5, 8\) and value \(2, 4, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"key and value must have the same batch size and length \(B, Tk\), "
+        r"got key \(2, 5, 8\) and value \(2, 4, 8\)",
+    ):
         mha(x, x, torch.randn(2, 4, 8))
     with pytest.raises(TypeError, match=r"mask must have dtype torch.bool, got torch.int64"):
         mha(x, mask=torch.ones(5, 5, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"mask must be broadcastable to \(B, H, Tq, Tk\) = \(2, 2, 5, 5\), got shape \(2, 1, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"mask must be broadcastable to \(B, H, Tq, Tk\) = \(2, 2, 5, 5\), got shape \(2, 1, 4\)"
+    ):
         mha(x, mask=padding_mask([4, 2]))
     with pytest.raises(ValueError, match=r"lengths must be a non-empty 1-D sequence"):
         padding_mask([[1, 2]])

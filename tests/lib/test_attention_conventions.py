@@ -4,13 +4,13 @@ Paths: ``attention.scaled_dot_product_attention`` with ``causal_mask``, ``MultiH
 path with ``return_weights=True`` and the fused fast path), ``GroupedQueryAttention`` and
 ``flash.flash_attention``. The reference is ``F.scaled_dot_product_attention(..., is_causal=True)``.
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from attnbook import attention, blocks, flash
 from attnbook.attention import GroupedQueryAttention, MultiHeadAttention, causal_mask, padding_mask
+from torch import nn
 
 TOL64 = dict(atol=1e-12, rtol=1e-10)
 SHAPES = [(3, 5), (5, 5), (5, 3)]  # (Tq, Tk): fewer queries than keys, as many, more
@@ -30,6 +30,7 @@ def _heads_reference(mha, query, key, n_kv_heads=None):
 
 
 # --- one causal convention ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("t_q, t_k", SHAPES)
 def test_every_causal_path_is_top_left_aligned_like_is_causal(t_q, t_k):
@@ -81,13 +82,18 @@ def test_the_cache_offset_is_the_explicit_bottom_right_alignment():
     rest = gqa(x[:, 4:], is_causal=True, cache=cache)  # positions 4..6, offset 4
     torch.testing.assert_close(torch.cat([first, rest], 1), gqa(x, is_causal=True), **TOL64)
     q, k, v = (torch.randn(3, 8, dtype=torch.float64) for _ in range(3))
-    k, v = torch.cat([torch.randn(4, 8, dtype=torch.float64), k]), torch.cat([torch.randn(4, 8, dtype=torch.float64), v])
+    k, v = (
+        torch.cat([torch.randn(4, 8, dtype=torch.float64), k]),
+        torch.cat([torch.randn(4, 8, dtype=torch.float64), v]),
+    )
     bottom_right = attention.scaled_dot_product_attention(q, k, v, causal_mask(3, 7, offset=4))
-    torch.testing.assert_close(flash.flash_attention(q, k, v, causal=True, offset=4, block_q=2, block_k=3),
-                               bottom_right, **TOL64)
+    torch.testing.assert_close(
+        flash.flash_attention(q, k, v, causal=True, offset=4, block_q=2, block_k=3), bottom_right, **TOL64
+    )
 
 
 # --- from_torch keeps the dtype and the device ------------------------------------------------------
+
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_blocks_from_torch_keep_float64(norm_first):
@@ -99,10 +105,17 @@ def test_blocks_from_torch_keep_float64(norm_first):
     for block, layer in ((enc, enc_layer), (dec, dec_layer)):
         assert {p.dtype for p in block.parameters()} == {torch.float64}
         assert {p.device for p in block.parameters()} == {layer.linear1.weight.device}
-        for (name, p), (_, p_ref) in zip(sorted(block.ffn.named_parameters()),
-                                          sorted({"W_1.weight": layer.linear1.weight, "W_1.bias": layer.linear1.bias,
-                                                  "W_2.weight": layer.linear2.weight,
-                                                  "W_2.bias": layer.linear2.bias}.items())):
+        for (name, p), (_, p_ref) in zip(
+            sorted(block.ffn.named_parameters()),
+            sorted(
+                {
+                    "W_1.weight": layer.linear1.weight,
+                    "W_1.bias": layer.linear1.bias,
+                    "W_2.weight": layer.linear2.weight,
+                    "W_2.bias": layer.linear2.bias,
+                }.items()
+            ),
+        ):
             assert torch.equal(p, p_ref), name  # copied exactly, not rounded through float32
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     memory = torch.randn(2, 6, 16, dtype=torch.float64)
@@ -112,6 +125,7 @@ def test_blocks_from_torch_keep_float64(norm_first):
 
 
 # --- masked positions are inert -----------------------------------------------------------------------
+
 
 def _poisoned(x, positions, value):
     """A copy of x (..., T, D) with the given positions (along dimension -2) set to ``value``, needing a gradient."""
@@ -128,8 +142,12 @@ def test_non_finite_masked_keys_and_values_reach_no_output_and_no_gradient(value
     mask = padding_mask(lengths).unsqueeze(1)  # (2, 1, 1, 6)
     # the reference: the second sequence cut to its 3 keys, on finite inputs
     qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
-    ref = torch.cat([attention.scaled_dot_product_attention(qr[:1], kr[:1], vr[:1]),
-                     attention.scaled_dot_product_attention(qr[1:], kr[1:, :, :3], vr[1:, :, :3])])
+    ref = torch.cat(
+        [
+            attention.scaled_dot_product_attention(qr[:1], kr[:1], vr[:1]),
+            attention.scaled_dot_product_attention(qr[1:], kr[1:, :, :3], vr[1:, :, :3]),
+        ]
+    )
     ref.pow(2).sum().backward()
     qp, kp, vp = q.clone().requires_grad_(), k.clone(), v.clone()
     kp[1, :, 3:] = value

@@ -1,12 +1,17 @@
 """The additive score bias of attnbook.attention: softmax(q . k / sqrt(Dk) + b_ij), against PyTorch's float masks."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-
-from attnbook.attention import (GroupedQueryAttention, MultiHeadAttention, causal_mask, padding_mask,
-                                scaled_dot_product_attention)
+from attnbook.attention import (
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 from attnbook.blocks import EncoderBlock
 from test_multi_head_attention import per_head_loop
 
@@ -41,7 +46,9 @@ def test_function_with_bias_and_boolean_mask():
 def test_zero_bias_and_row_constant_bias_change_nothing():
     q, k, v = randn(3, 6, 8, seed=1), randn(3, 6, 8, seed=2), randn(3, 6, 8, seed=3)
     plain = scaled_dot_product_attention(q, k, v)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, score_bias=torch.zeros(6, 6, dtype=q.dtype)), plain)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, score_bias=torch.zeros(6, 6, dtype=q.dtype)), plain
+    )
     # softmax is unchanged by adding the same number to a whole row: only differences between keys count
     row_constant = randn(3, 6, 1, seed=4).expand(3, 6, 6)
     torch.testing.assert_close(scaled_dot_product_attention(q, k, v, score_bias=row_constant), plain, **TOL64)
@@ -111,33 +118,53 @@ def test_grouped_query_attention_takes_the_same_bias():
     gqa.load_state_dict(mha.state_dict())
     x = randn(2, 5, 8, seed=7)
     bias = randn(2, 4, 5, 5, seed=8)
-    torch.testing.assert_close(gqa(x, score_bias=bias, is_causal=True), mha(x, score_bias=bias, is_causal=True),
-                               **TOL64)
+    torch.testing.assert_close(
+        gqa(x, score_bias=bias, is_causal=True), mha(x, score_bias=bias, is_causal=True), **TOL64
+    )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_block_bias_equals_torch_encoder_layer_float_mask(norm_first):
     torch.manual_seed(4)
-    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
-                                             norm_first=norm_first).double().eval()
+    layer = (
+        torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=norm_first).double().eval()
+    )
     block = EncoderBlock.from_torch(layer).double().eval()
     x = randn(2, 5, 8, seed=9)
     bias = randn(5, 5, seed=10)
     torch.testing.assert_close(block(x, score_bias=bias), layer(x, src_mask=bias), **TOL64)
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda q: scaled_dot_product_attention(q, q, q, score_bias=torch.ones(3, 3, dtype=torch.long)), TypeError,
-     r"score_bias must be a floating-point tensor, got dtype torch.int64"),
-    (lambda q: scaled_dot_product_attention(q, q, q, score_bias=torch.ones(2, 3)), ValueError,
-     r"score_bias must be broadcastable to the scores' shape \(\.\.\., Tq, Tk\) = \(3, 3\), got shape \(2, 3\)"),
-    (lambda q: scaled_dot_product_attention(q, q, q, score_bias=torch.full((3, 3), float("-inf"))), ValueError,
-     r"score_bias must be finite.*boolean mask"),
-    (lambda q: MultiHeadAttention(4, 2)(q[None], score_bias=torch.ones(3, 3, 3, 3)), ValueError,
-     r"score_bias must be broadcastable to \(B, H, Tq, Tk\) = \(1, 2, 3, 3\), got shape \(3, 3, 3, 3\)"),
-    (lambda q: MultiHeadAttention(4, 2)(q[None], score_bias=torch.ones(3)), ValueError,
-     r"score_bias must have 2 \(Tq, Tk\), 3 \(B, Tq, Tk\) or 4 \(B, H, Tq, Tk\) dimensions, got shape \(3\)"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (
+            lambda q: scaled_dot_product_attention(q, q, q, score_bias=torch.ones(3, 3, dtype=torch.long)),
+            TypeError,
+            r"score_bias must be a floating-point tensor, got dtype torch.int64",
+        ),
+        (
+            lambda q: scaled_dot_product_attention(q, q, q, score_bias=torch.ones(2, 3)),
+            ValueError,
+            r"score_bias must be broadcastable to the scores' shape \(\.\.\., Tq, Tk\) = \(3, 3\), got shape \(2, 3\)",
+        ),
+        (
+            lambda q: scaled_dot_product_attention(q, q, q, score_bias=torch.full((3, 3), float("-inf"))),
+            ValueError,
+            r"score_bias must be finite.*boolean mask",
+        ),
+        (
+            lambda q: MultiHeadAttention(4, 2)(q[None], score_bias=torch.ones(3, 3, 3, 3)),
+            ValueError,
+            r"score_bias must be broadcastable to \(B, H, Tq, Tk\) = \(1, 2, 3, 3\), got shape \(3, 3, 3, 3\)",
+        ),
+        (
+            lambda q: MultiHeadAttention(4, 2)(q[None], score_bias=torch.ones(3)),
+            ValueError,
+            r"score_bias must have 2 \(Tq, Tk\), 3 \(B, Tq, Tk\) or 4 \(B, H, Tq, Tk\) dimensions, got shape \(3\)",
+        ),
+    ],
+)
 def test_bad_bias_errors(call, error, match):
     with pytest.raises(error, match=match):
         call(torch.randn(3, 4))

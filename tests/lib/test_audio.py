@@ -1,10 +1,8 @@
 """attnbook.audio: the spectrogram against a direct DFT of windowed frames, frame counts, the generated sounds."""
-import math
 
 import numpy as np
 import pytest
 import torch
-
 from attnbook import audio
 
 
@@ -12,7 +10,7 @@ def reference_spectrogram(wave: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
     """|DFT| of Hann-windowed frames of the reflection-padded signal, written out with numpy."""
     padded = np.pad(wave, n_fft // 2, mode="reflect")
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)  # periodic Hann
-    frames = [padded[t * hop:t * hop + n_fft] * window for t in range(1 + len(wave) // hop)]
+    frames = [padded[t * hop : t * hop + n_fft] * window for t in range(1 + len(wave) // hop)]
     return np.abs(np.fft.rfft(np.stack(frames), axis=-1)).T  # (n_fft // 2 + 1, n_frames)
 
 
@@ -32,12 +30,14 @@ def test_n_frames():
     assert audio.n_frames(2016, 32) == 64
     assert audio.n_frames(2016, 32, n_fft=64, center=False) == 62
     x = torch.randn(1000)
-    assert torch.stft(x, 50, 7, window=torch.hann_window(50), center=False, return_complex=True).shape[-1] == \
-        audio.n_frames(1000, 7, n_fft=50, center=False)
+    assert torch.stft(x, 50, 7, window=torch.hann_window(50), center=False, return_complex=True).shape[
+        -1
+    ] == audio.n_frames(1000, 7, n_fft=50, center=False)
     y = torch.randn(1001)  # 143 hops of 7: centred, an odd n_fft pads n_fft - 1 samples in all, an even one n_fft
     for n_fft in (49, 50):
-        assert torch.stft(y, n_fft, 7, window=torch.hann_window(n_fft), return_complex=True).shape[-1] == \
-            audio.n_frames(1001, 7, n_fft=n_fft)
+        assert torch.stft(y, n_fft, 7, window=torch.hann_window(n_fft), return_complex=True).shape[
+            -1
+        ] == audio.n_frames(1001, 7, n_fft=n_fft)
 
 
 def test_a_tone_peaks_at_its_frequency_and_chirps_move():
@@ -56,7 +56,10 @@ def test_noise_kinds():
     g = torch.Generator().manual_seed(0)
     white, brown = audio.noise((4, 4000), generator=g), audio.noise((4, 4000), kind="brown", generator=g)
     torch.testing.assert_close(white.std(-1), torch.ones(4))
-    low = lambda x: audio.spectrogram(x, 64, 32, log=False)[..., :4, :].sum() / audio.spectrogram(x, 64, 32, log=False).sum()  # noqa: E731
+
+    def low(x):
+        return audio.spectrogram(x, 64, 32, log=False)[..., :4, :].sum() / audio.spectrogram(x, 64, 32, log=False).sum()  # noqa: E731
+
     assert low(brown) > 0.5 > 0.2 > low(white)  # brown noise is mostly low frequencies
 
 
@@ -68,8 +71,10 @@ def test_sound_classes():
     assert torch.equal(waves, again)
     S = audio.spectrogram(waves, 64, 32)
     peak = S[:, 1:].argmax(dim=1) + 1  # (70, frames): the loudest bin of each frame (without the DC bin)
-    rising, falling = labels == audio.SOUND_CLASSES.index("rising chirp"), labels == audio.SOUND_CLASSES.index(
-        "falling chirp")
+    rising, falling = (
+        labels == audio.SOUND_CLASSES.index("rising chirp"),
+        labels == audio.SOUND_CLASSES.index("falling chirp"),
+    )
     assert (peak[rising, -4] > peak[rising, 3]).all() and (peak[falling, -4] < peak[falling, 3]).all()
 
 

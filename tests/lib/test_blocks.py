@@ -1,13 +1,15 @@
-"""attnbook.blocks: equal to torch's TransformerEncoderLayer / TransformerDecoderLayer, FFN forms, invariants, errors."""
+"""attnbook.blocks: equal to torch's TransformerEncoderLayer / TransformerDecoderLayer, FFN forms,
+invariants, errors.
+"""
+
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from torch import nn
-
 from attnbook import blocks
 from attnbook.attention import padding_mask
 from attnbook.blocks import ConvFeedForward, DecoderBlock, EncoderBlock, FeedForward
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
 
 TOL = dict(atol=1e-5, rtol=1e-4)
 
@@ -22,6 +24,7 @@ def torch_mask(mask):
 
 
 # --- the feed-forward network ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_ffn_is_two_1x1_convolutions_with_shared_weights(activation):
@@ -61,19 +64,22 @@ def test_ffn_is_position_wise_and_translation_equivariant(B, T, shift, seed):
 
 # --- encoder block = torch.nn.TransformerEncoderLayer ---------------------------------------------
 
+
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_block_equals_torch(norm_first, activation):
     torch.manual_seed(0)
-    ref = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, activation=activation, batch_first=True,
-                                     norm_first=norm_first).eval()
+    ref = nn.TransformerEncoderLayer(
+        16, 4, 32, dropout=0.1, activation=activation, batch_first=True, norm_first=norm_first
+    ).eval()
     ours = EncoderBlock.from_torch(ref).eval()
     assert ours.norm_position == ("pre" if norm_first else "post")
     x = randn(3, 6, 16)
     torch.testing.assert_close(ours(x), ref(x), **TOL)
     lengths = [6, 3, 1]
-    torch.testing.assert_close(ours(x, padding_mask(lengths)),
-                               ref(x, src_key_padding_mask=torch_mask(padding_mask(lengths)[:, 0])), **TOL)
+    torch.testing.assert_close(
+        ours(x, padding_mask(lengths)), ref(x, src_key_padding_mask=torch_mask(padding_mask(lengths)[:, 0])), **TOL
+    )
     causal = torch.ones(6, 6).tril().bool()
     torch.testing.assert_close(ours(x, is_causal=True), ref(x, src_mask=torch_mask(causal)), **TOL)
 
@@ -117,6 +123,7 @@ def test_post_norm_output_is_normalised_and_pre_norm_keeps_the_residual_path():
 
 # --- decoder block = torch.nn.TransformerDecoderLayer ---------------------------------------------
 
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_block_equals_torch(norm_first):
     torch.manual_seed(2)
@@ -125,8 +132,9 @@ def test_decoder_block_equals_torch(norm_first):
     x, memory = randn(3, 5, 16, seed=1), randn(3, 7, 16, seed=2)
     causal = torch.ones(5, 5).tril().bool()
     lengths = [7, 4, 2]
-    expected = ref(x, memory, tgt_mask=torch_mask(causal),
-                   memory_key_padding_mask=torch_mask(padding_mask(lengths)[:, 0]))
+    expected = ref(
+        x, memory, tgt_mask=torch_mask(causal), memory_key_padding_mask=torch_mask(padding_mask(lengths)[:, 0])
+    )
     got = ours(x, memory, memory_mask=padding_mask(lengths))
     torch.testing.assert_close(got, expected, **TOL)
     out, (w_self, w_cross) = ours(x, memory, memory_mask=padding_mask(lengths), return_weights=True)
@@ -143,6 +151,7 @@ def test_decoder_output_does_not_depend_on_padded_memory():
 
 
 # --- registries and errors ------------------------------------------------------------------------
+
 
 def test_a_registered_norm_is_used_without_changing_signatures():
     class Scale(nn.Module):
@@ -161,13 +170,16 @@ def test_a_registered_norm_is_used_without_changing_signatures():
         del blocks.NORMS["scale"]
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(norm="batchnorm"), "norm must be one of 'layernorm'"),
-    (dict(mlp="tanh"), "mlp must be one of"),
-    (dict(norm_position="middle"), "norm_position must be one of 'post', 'pre'"),
-    (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
-    (dict(d_ff=0), "d_ff must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(norm="batchnorm"), "norm must be one of 'layernorm'"),
+        (dict(mlp="tanh"), "mlp must be one of"),
+        (dict(norm_position="middle"), "norm_position must be one of 'post', 'pre'"),
+        (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+        (dict(d_ff=0), "d_ff must be an integer >= 1"),
+    ],
+)
 def test_bad_configuration_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EncoderBlock(8, 2, **kwargs)

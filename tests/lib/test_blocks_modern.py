@@ -1,17 +1,16 @@
 """Modern tweaks: RMSNorm, SwiGLU, mixture of experts, RoPE, grouped-query attention, the KV cache."""
+
 import math
 
 import pytest
 import torch
+from attnbook import attention, blocks, measure, models, positional
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbook import attention, blocks, measure, models, positional
-
 
 def _gpt(**changes):
-    config = models.TransformerConfig(vocab_size=17, block_size=12, n_layers=2, n_heads=4, d_model=16,
-                                      **changes)
+    config = models.TransformerConfig(vocab_size=17, block_size=12, n_layers=2, n_heads=4, d_model=16, **changes)
     torch.manual_seed(0)
     return models.GPT(config).eval()
 
@@ -100,8 +99,10 @@ def test_moe_in_a_gpt_and_aux_loss_has_gradient():
 def test_rope_keeps_norms_and_depends_on_relative_position(m, n, shift):
     g = torch.Generator().manual_seed(m * 100 + n)
     q, k = torch.randn(2, 8, generator=g, dtype=torch.float64)
+
     def rot(x, pos):
         return positional.apply_rope(x[None, None], offset=pos)[0, 0]
+
     torch.testing.assert_close(rot(q, m).norm(), q.norm())
     torch.testing.assert_close(rot(q, m) @ rot(k, n), rot(q, m + shift) @ rot(k, n + shift))
 
@@ -122,8 +123,9 @@ def test_gqa_equals_multi_head_when_groups_equal_heads():
     mask = attention.padding_mask([7, 4])
     torch.testing.assert_close(gqa(x, mask=mask), mha(x, mask=mask))
     torch.testing.assert_close(gqa(x, is_causal=True), mha(x, is_causal=True))
-    torch.testing.assert_close(gqa(x, is_causal=True, return_weights=True)[1],
-                               mha(x, is_causal=True, return_weights=True)[1])
+    torch.testing.assert_close(
+        gqa(x, is_causal=True, return_weights=True)[1], mha(x, is_causal=True, return_weights=True)[1]
+    )
 
 
 def test_gqa_shares_keys_within_a_group_and_saves_parameters():
@@ -162,8 +164,10 @@ def test_kv_cache_wrong_shape_is_an_error():
         model(torch.zeros(1, 2, dtype=torch.long), caches=[attention.KVCache()])
 
 
-@pytest.mark.parametrize("changes", [dict(positional="rope"), dict(n_kv_heads=2), dict(n_kv_heads=1, positional="rope",
-                                                                                      norm="rmsnorm", mlp="swiglu")])
+@pytest.mark.parametrize(
+    "changes",
+    [dict(positional="rope"), dict(n_kv_heads=2), dict(n_kv_heads=1, positional="rope", norm="rmsnorm", mlp="swiglu")],
+)
 def test_cached_logits_and_greedy_tokens_equal_uncached(changes):
     model = _gpt(**changes)
     idx = torch.randint(17, (2, 7))
@@ -173,7 +177,9 @@ def test_cached_logits_and_greedy_tokens_equal_uncached(changes):
     assert caches[0].length == 7
     prompt = idx[:, :3]
     # 20 new tokens: longer than block_size=12, so the cache is refilled once the context is full
-    assert torch.equal(model.generate(prompt, 20, temperature=0), model.generate(prompt, 20, temperature=0, use_cache=True))
+    assert torch.equal(
+        model.generate(prompt, 20, temperature=0), model.generate(prompt, 20, temperature=0, use_cache=True)
+    )
 
 
 def test_cache_needs_a_capable_model_and_fits_the_block():
@@ -203,6 +209,7 @@ def test_modern_gpt_trains_one_batch():
 
 # --- QK normalisation and activation checkpointing (chapter: scaling and practice) -----------------------
 
+
 def test_qk_norm_normalises_each_heads_queries_and_keys():
     torch.manual_seed(0)
     B, T, D, H = 2, 7, 24, 3
@@ -218,7 +225,9 @@ def test_qk_norm_normalises_each_heads_queries_and_keys():
     v = attn.W_v(x).view(B, T, H, Dh).transpose(1, 2)
     q = torch.nn.functional.layer_norm(q, (Dh,), attn.q_norm.weight)
     k = torch.nn.functional.layer_norm(k, (Dh,), attn.k_norm.weight)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(Dh)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(Dh)).masked_fill(
+        ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")
+    )
     expected = torch.softmax(scores, -1)  # (B, H, T, T)
     torch.testing.assert_close(w, expected)
     torch.testing.assert_close(out, attn.W_o((expected @ v).transpose(1, 2).reshape(B, T, D)))
@@ -234,8 +243,10 @@ def test_qk_norm_in_a_gpt_config():
     config = models.TransformerConfig(vocab_size=11, block_size=8, n_layers=2, n_heads=2, d_model=16, qk_norm=True)
     model = models.GPT(config)
     assert all(block.self_attn.qk_norm for block in model.blocks)
-    assert measure.count_parameters(model) == measure.count_parameters(models.GPT(config.replace(qk_norm=False))) \
-        + 2 * 2 * 2 * 8  # per layer: two LayerNorms of width Dh = 8, gain and bias
+    assert (
+        measure.count_parameters(model)
+        == measure.count_parameters(models.GPT(config.replace(qk_norm=False))) + 2 * 2 * 2 * 8
+    )  # per layer: two LayerNorms of width Dh = 8, gain and bias
     ids = torch.randint(0, 11, (3, 8))
     logits, weights = model(ids, return_weights=True)
     torch.testing.assert_close(model(ids), logits)

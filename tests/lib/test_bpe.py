@@ -1,16 +1,18 @@
 """Byte-level BPE: the same merges, ids and encodings as Hugging Face `tokenizers` trained with the same settings."""
+
 import json
 from collections import Counter
 
 import pytest
+from attnbook import bpe, data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import pre_tokenizers
 
-from attnbook import bpe, data
-
-MIXED = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n  Two  spaces, tabs\tand 1234 digits; "
-         "I'm sure you'll say 'tis so. Señor Müller's café — 東京 😀!\r\n")
+MIXED = (
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n  Two  spaces, tabs\tand 1234 digits; "
+    "I'm sure you'll say 'tis so. Señor Müller's café — 東京 😀!\r\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +97,15 @@ def test_same_merges_ids_and_encodings_as_huggingface_on_shakespeare(shakespeare
 def test_smaller_vocabularies_are_prefixes_of_larger_ones(shakespeare):
     text = shakespeare[0][:100_000]
     small, large = bpe.BPETokenizer.train(text, 400), bpe.BPETokenizer.train(text, 700)
-    assert large.merges[:len(small.merges)] == small.merges
-    assert bpe.BPETokenizer(large.merges[:len(small.merges)]).id_to_token == small.id_to_token
+    assert large.merges[: len(small.merges)] == small.merges
+    assert bpe.BPETokenizer(large.merges[: len(small.merges)]).id_to_token == small.id_to_token
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.text(alphabet="abcé ", min_size=1, max_size=12), min_size=1, max_size=12),
-       st.integers(min_value=1, max_value=40))
+@given(
+    st.lists(st.text(alphabet="abcé ", min_size=1, max_size=12), min_size=1, max_size=12),
+    st.integers(min_value=1, max_value=40),
+)
 def test_random_corpora_agree_with_huggingface(texts, n_merges):
     ours = bpe.BPETokenizer.train(texts, 256 + n_merges)
     hf = bpe.train_hf(texts, 256 + n_merges)

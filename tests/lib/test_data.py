@@ -1,4 +1,5 @@
 """attnbook.data.fetch: offline folder, packaged copies, verified cache, verified download, clear errors."""
+
 import functools
 import hashlib
 import http.server
@@ -8,7 +9,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from attnbook import data
 
 
@@ -47,7 +47,9 @@ def test_the_packaged_copies_are_used_without_any_download(monkeypatch, tmp_path
 def test_attnbook_data_still_overrides_the_packaged_copy(monkeypatch, tmp_path, no_download):
     folder = tmp_path / "mine"
     (folder / "tinyshakespeare").mkdir(parents=True)
-    (folder / "tinyshakespeare" / "input.txt").write_bytes((data.packaged_dir() / "tinyshakespeare" / "input.txt").read_bytes())
+    (folder / "tinyshakespeare" / "input.txt").write_bytes(
+        (data.packaged_dir() / "tinyshakespeare" / "input.txt").read_bytes()
+    )
     monkeypatch.setenv("ATTNBOOK_DATA", str(folder))
     assert data.fetch("tinyshakespeare") == folder / "tinyshakespeare" / "input.txt"
     assert data.fetch("eng-fra") == data.packaged_dir() / "eng-fra" / "eng-fra.txt"  # not in the folder
@@ -57,8 +59,18 @@ def test_a_damaged_packaged_copy_is_not_used(isolated, monkeypatch):
     content = b"the right text\n"
     (isolated / "packaged" / "doc").mkdir()
     (isolated / "packaged" / "doc" / "doc.txt").write_bytes(b"damaged")
-    monkeypatch.setitem(data.DATASETS, "doc", data.Dataset("doc", "doc/doc.txt", "http://127.0.0.1:9/doc.txt",
-                                                           hashlib.sha256(content).hexdigest(), len(content), "test"))
+    monkeypatch.setitem(
+        data.DATASETS,
+        "doc",
+        data.Dataset(
+            "doc",
+            "doc/doc.txt",
+            "http://127.0.0.1:9/doc.txt",
+            hashlib.sha256(content).hexdigest(),
+            len(content),
+            "test",
+        ),
+    )
     monkeypatch.setattr(data, "_download", lambda url, timeout: content)
     with pytest.warns(RuntimeWarning, match="packaged copy .* has sha256 .* it is not used"):
         path = data.fetch("doc")
@@ -85,8 +97,14 @@ def test_offline_folder_first(isolated, monkeypatch):
     content = b"hello shakespeare\n"
     (folder / "tinyshakespeare").mkdir(parents=True)
     (folder / "tinyshakespeare" / "input.txt").write_bytes(content)
-    spec = data.Dataset("tiny", "tinyshakespeare/input.txt", "http://127.0.0.1:9/none", hashlib.sha256(content).hexdigest(),
-                        len(content), "test")
+    spec = data.Dataset(
+        "tiny",
+        "tinyshakespeare/input.txt",
+        "http://127.0.0.1:9/none",
+        hashlib.sha256(content).hexdigest(),
+        len(content),
+        "test",
+    )
     monkeypatch.setitem(data.DATASETS, "tiny", spec)
     monkeypatch.setenv("ATTNBOOK_DATA", str(folder))
     assert data.fetch("tiny") == folder / "tinyshakespeare" / "input.txt"
@@ -101,8 +119,9 @@ def test_download_verified_and_cached_then_offline(isolated, monkeypatch):
     (isolated / "srv" / "input.txt").write_bytes(content)
     httpd, url = serve(isolated / "srv")
     try:
-        spec = data.Dataset("plays", "plays/input.txt", f"{url}/input.txt", hashlib.sha256(content).hexdigest(),
-                            len(content), "test")
+        spec = data.Dataset(
+            "plays", "plays/input.txt", f"{url}/input.txt", hashlib.sha256(content).hexdigest(), len(content), "test"
+        )
         monkeypatch.setitem(data.DATASETS, "plays", spec)
         path = data.fetch("plays")
         assert path == isolated / "cache" / "plays" / "input.txt" and path.read_bytes() == content
@@ -122,8 +141,15 @@ def test_download_with_extraction_and_bad_checksum(isolated, monkeypatch):
     try:
         first_five = b"".join(lines[:5])
         extract = data._first_lines_of_zip_member("fra.txt", 5)
-        good = data.Dataset("pairs", "pairs/pairs.txt", f"{url}/fra-eng.zip", hashlib.sha256(first_five).hexdigest(),
-                            len(first_five), "test", extract)
+        good = data.Dataset(
+            "pairs",
+            "pairs/pairs.txt",
+            f"{url}/fra-eng.zip",
+            hashlib.sha256(first_five).hexdigest(),
+            len(first_five),
+            "test",
+            extract,
+        )
         monkeypatch.setitem(data.DATASETS, "pairs", good)
         assert data.fetch("pairs").read_bytes() == first_five
         bad = data.Dataset("wrong", "wrong/pairs.txt", f"{url}/fra-eng.zip", "0" * 64, 1, "test", extract)
@@ -136,14 +162,20 @@ def test_download_with_extraction_and_bad_checksum(isolated, monkeypatch):
 
 
 def test_offline_without_a_copy_says_what_is_missing(isolated):
-    with pytest.raises(data.DataNotAvailableError, match=r"'tinyshakespeare' \(tinyshakespeare/input.txt\) is not available offline.*ATTNBOOK_DATA"):
+    with pytest.raises(
+        data.DataNotAvailableError,
+        match=r"'tinyshakespeare' \(tinyshakespeare/input.txt\) is not available offline.*ATTNBOOK_DATA",
+    ):
         data.fetch("tinyshakespeare", download=False)
 
 
 def test_failed_download_says_how_to_provide_the_file(isolated, monkeypatch):
     spec = data.Dataset("gone", "gone/x.txt", "http://127.0.0.1:9/x.txt", "0" * 64, 1, "test")
     monkeypatch.setitem(data.DATASETS, "gone", spec)
-    with pytest.raises(data.DataNotAvailableError, match=r"download from http://127.0.0.1:9/x.txt failed.*put the file at <folder>/gone/x.txt"):
+    with pytest.raises(
+        data.DataNotAvailableError,
+        match=r"download from http://127.0.0.1:9/x.txt failed.*put the file at <folder>/gone/x.txt",
+    ):
         data.fetch("gone", timeout=2)
 
 

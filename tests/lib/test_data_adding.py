@@ -1,12 +1,12 @@
 """attnbook.data.adding_problem: the adding problem's inputs and targets."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from attnbook import data
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attnbook import data
 
 
 @settings(max_examples=25, deadline=None)
@@ -38,11 +38,14 @@ def test_generator_makes_it_reproducible_and_positions_vary():
     assert first.unique().numel() > 5 and second.unique().numel() > 5
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"n": 0, "length": 10}, "n must be an integer >= 1, got 0"),
-    ({"n": 4, "length": 1}, "length must be an integer >= 2, got 1"),
-    ({"n": 4, "length": 10.0}, "length must be an integer >= 2, got 10.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n": 0, "length": 10}, "n must be an integer >= 1, got 0"),
+        ({"n": 4, "length": 1}, "length must be an integer >= 2, got 1"),
+        ({"n": 4, "length": 10.0}, "length must be an integer >= 2, got 10.0"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         data.adding_problem(**kwargs)

@@ -1,15 +1,14 @@
 """Tokenizers, vocabularies, the eng-fra pairs and the synthetic tasks of attnbook.data (chapter 03)."""
+
 from __future__ import annotations
 
 from collections import Counter
 from datetime import date
 
 import pytest
+from attnbook import data
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attnbook import data
-
 
 
 def test_tokenize_words_punctuation_clitics_and_spaces():
@@ -33,8 +32,10 @@ def test_detokenize_inverts_tokenize():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["the", "cat", "sat", "é", "l'", "a", ".", ",", "!", "?", "'s", "-", "x1"]),
-                max_size=12), st.sampled_from(["en", "fr"]))
+@given(
+    st.lists(st.sampled_from(["the", "cat", "sat", "é", "l'", "a", ".", ",", "!", "?", "'s", "-", "x1"]), max_size=12),
+    st.sampled_from(["en", "fr"]),
+)
 def test_tokenize_is_stable_on_detokenized_text(tokens, lang):
     # tokenising the detokenised text of a tokenisation gives the same tokens again (a fixed point)
     once = data.tokenize(data.detokenize(tokens, lang), lang)
@@ -85,8 +86,11 @@ def test_eng_fra_pairs_and_attribution():
     assert all("CC-BY 2.0 (France)" in p.attribution and "tatoeba.org" in p.attribution for p in pairs)
     assert len({p.source for p in pairs}) == 2597  # the figure the data README gives
     # the tokenizer is reversible on almost every sentence (a few "8:30", "$5" and quotes lose their spacing)
-    same = sum(data.detokenize(data.tokenize(s, lang), lang) == data.normalize_text(s).lower()
-               for p in pairs for s, lang in ((p.source, "en"), (p.target, "fr")))
+    same = sum(
+        data.detokenize(data.tokenize(s, lang), lang) == data.normalize_text(s).lower()
+        for p in pairs
+        for s, lang in ((p.source, "en"), (p.target, "fr"))
+    )
     assert same >= 0.99 * 2 * len(pairs)
 
 
@@ -118,8 +122,9 @@ def test_digit_pairs(min_len, extra, task, seed):
     assert pairs == data.digit_pairs(25, min_len, max_len, task=task, seed=seed)
     for source, target in pairs:
         assert min_len <= len(source) <= max_len and source.isdigit()
-        expected = {"copy": source, "reverse": source[::-1],
-                    "add1": "".join(str((int(c) + 1) % 10) for c in source)}[task]
+        expected = {"copy": source, "reverse": source[::-1], "add1": "".join(str((int(c) + 1) % 10) for c in source)}[
+            task
+        ]
         assert target == expected
 
 
@@ -135,8 +140,20 @@ def test_digit_pairs_cover_the_lengths_and_reject_bad_arguments():
 
 
 def test_date_pairs_reorder_into_iso_dates():
-    months = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-              "October", "November", "December"]
+    months = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ]
     pairs = data.date_pairs(600, seed=5)
     assert pairs == data.date_pairs(600, seed=5)
     shapes = Counter()
@@ -149,9 +166,25 @@ def test_date_pairs_reorder_into_iso_dates():
         assert source in (long_form, day_first, numeric)
         shapes[[long_form, day_first, numeric].index(source)] += 1
     assert all(shapes[i] > 100 for i in range(3))  # all three formats occur
-    assert all(s.startswith(("January", "February", "March", "April", "May", "June", "July", "August",
-                             "September", "October", "November", "December"))
-               for s, _ in data.date_pairs(20, formats=["long"], seed=1))
+    assert all(
+        s.startswith(
+            (
+                "January",
+                "February",
+                "March",
+                "April",
+                "May",
+                "June",
+                "July",
+                "August",
+                "September",
+                "October",
+                "November",
+                "December",
+            )
+        )
+        for s, _ in data.date_pairs(20, formats=["long"], seed=1)
+    )
     with pytest.raises(ValueError, match="formats must be"):
         data.date_pairs(3, formats=["roman"])
     with pytest.raises(ValueError, match="years must be"):

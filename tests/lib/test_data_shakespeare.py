@@ -1,11 +1,11 @@
 """attnbook.data, the lab's part: the character tokenizer, the Tiny Shakespeare splits and LM batches."""
+
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from attnbook import data
 from attnbook.data import CharTokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @settings(max_examples=50, deadline=None)

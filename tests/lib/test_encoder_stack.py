@@ -1,7 +1,7 @@
 """attnbook.blocks.EncoderStack and masked_mean: a transformer over any tokens, equivariant to their order."""
+
 import pytest
 import torch
-
 from attnbook.attention import padding_mask
 from attnbook.blocks import EncoderBlock, EncoderStack, masked_mean
 

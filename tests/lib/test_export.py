@@ -1,4 +1,7 @@
-"""attnbook.export: the exported ONNX model computes what the PyTorch model computes, and the files say how to use it."""
+"""attnbook.export: the exported ONNX model computes what the PyTorch model computes, and the files say how
+to use it.
+"""
+
 from __future__ import annotations
 
 import json
@@ -6,25 +9,36 @@ import json
 import numpy as np
 import pytest
 import torch
+from attnbook import export, models
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attnbook import export, models
 
 VOCAB = "\n abcdefg"
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """A small random GPT (GELU, biases, 2 layers of 3 heads) and its export; one export per module: it takes seconds."""
+    """A small random GPT (GELU, biases, 2 layers of 3 heads) and its export; one export per module: it takes
+    seconds.
+    """
     torch.manual_seed(0)
-    config = models.TransformerConfig(vocab_size=len(VOCAB), block_size=12, n_layers=2, n_heads=3, d_model=24,
-                                      mlp="gelu", bias=True)
+    config = models.TransformerConfig(
+        vocab_size=len(VOCAB), block_size=12, n_layers=2, n_heads=3, d_model=24, mlp="gelu", bias=True
+    )
     model = models.GPT(config).train()  # exporting must not need eval mode, nor change the model
     before = {k: v.clone() for k, v in model.state_dict().items()}
     folder = tmp_path_factory.mktemp("exported")
-    exported = export.to_onnx(model, "tiny", vocab=VOCAB, title="A tiny GPT", prompt="abc", directory=folder,
-                              temperature=0.5, top_k=3, max_new_tokens=20)
+    exported = export.to_onnx(
+        model,
+        "tiny",
+        vocab=VOCAB,
+        title="A tiny GPT",
+        prompt="abc",
+        directory=folder,
+        temperature=0.5,
+        top_k=3,
+        max_new_tokens=20,
+    )
     assert model.training, "to_onnx exports a copy in eval mode and leaves the model in training mode"
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     return model, exported
@@ -78,8 +92,15 @@ def test_notebook_output_is_text_and_the_widget(small):
     bundle = exported._repr_mimebundle_()
     assert "tiny.onnx" in bundle["text/plain"]
     widget = bundle[export.MIME_TYPE]
-    assert widget == {"format": export.FORMAT, "name": "tiny", "kind": "lm", "title": "A tiny GPT",
-                      "onnx": "tiny.onnx", "sha256": exported.meta["sha256"], "prompt": "abc"}
+    assert widget == {
+        "format": export.FORMAT,
+        "name": "tiny",
+        "kind": "lm",
+        "title": "A tiny GPT",
+        "onnx": "tiny.onnx",
+        "sha256": exported.meta["sha256"],
+        "prompt": "abc",
+    }
 
 
 def test_export_dir_follows_the_environment(monkeypatch, tmp_path):
@@ -89,15 +110,18 @@ def test_export_dir_follows_the_environment(monkeypatch, tmp_path):
     assert export.export_dir().name == "exported"
 
 
-@pytest.mark.parametrize("kwargs, argument", [
-    (dict(name="Bad Name"), "name"),
-    (dict(vocab="abc"), "vocab"),
-    (dict(vocab="\n abcdefa"), "vocab"),  # a repeated character
-    (dict(start="z"), "start"),
-    (dict(temperature=-1.0), "temperature"),
-    (dict(top_k=0), "top_k"),
-    (dict(max_new_tokens=0), "max_new_tokens"),
-])
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        (dict(name="Bad Name"), "name"),
+        (dict(vocab="abc"), "vocab"),
+        (dict(vocab="\n abcdefa"), "vocab"),  # a repeated character
+        (dict(start="z"), "start"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+    ],
+)
 def test_bad_arguments_are_named(small, tmp_path, kwargs, argument):
     model, _ = small
     args = dict(name="x", vocab=VOCAB, directory=tmp_path) | kwargs
@@ -151,8 +175,9 @@ class TwoJobs(torch.nn.Module):
         self.embed = torch.nn.Embedding(vocab_size, d_model)
         self.positions = positional.SinusoidalPositionalEncoding(d_model, max_len=max_len)
         self.attn = attention.MultiHeadAttention(d_model, n_heads, bias=False)
-        self.readout = torch.nn.ModuleDict({"same": torch.nn.Linear(d_model, vocab_size),
-                                            "kind": torch.nn.Linear(d_model, 2)})
+        self.readout = torch.nn.ModuleDict(
+            {"same": torch.nn.Linear(d_model, vocab_size), "kind": torch.nn.Linear(d_model, 2)}
+        )
 
     def forward(self, ids):  # (B, T) -> {job: (B, T, C)}, (B, H, T, T)
         mixed, weights = self.attn(self.positions(self.embed(ids)), return_weights=True)
@@ -163,8 +188,15 @@ class TwoJobs(torch.nn.Module):
 def tagger(tmp_path_factory):
     torch.manual_seed(1)
     model = TwoJobs().eval()
-    exported = export.tagger_to_onnx(model, "two_jobs", vocab="abcdXY", jobs={"same": "abcdXY", "kind": "lu"},
-                                     max_len=10, prompt="abX", directory=tmp_path_factory.mktemp("tagger"))
+    exported = export.tagger_to_onnx(
+        model,
+        "two_jobs",
+        vocab="abcdXY",
+        jobs={"same": "abcdXY", "kind": "lu"},
+        max_len=10,
+        prompt="abX",
+        directory=tmp_path_factory.mktemp("tagger"),
+    )
     return model, exported
 
 
@@ -186,17 +218,22 @@ def test_tagger_description(tagger):
     meta = export.load_meta(exported.meta_path)
     assert meta["kind"] == "tagger" and meta["causal"] is False and meta["n_layers"] == 1 and meta["n_heads"] == 2
     assert meta["block_size"] == 10 and meta["start"] == "a" and meta["prompt"] == "abX"
-    assert meta["jobs"] == [{"name": "same", "labels": "abcdXY", "output": "logits_0"},
-                            {"name": "kind", "labels": "lu", "output": "logits_1"}]
+    assert meta["jobs"] == [
+        {"name": "same", "labels": "abcdXY", "output": "logits_0"},
+        {"name": "kind", "labels": "lu", "output": "logits_1"},
+    ]
     assert exported.weights_path is None and not exported.meta_path.with_suffix(".pt").exists()
     assert exported._repr_mimebundle_()[export.MIME_TYPE]["kind"] == "tagger"
 
 
-@pytest.mark.parametrize("jobs, message", [
-    ({"same": "abcdXY"}, "jobs"),  # a job missing
-    ({"same": "abc", "kind": "lu"}, "has 3 labels"),  # wrong number of labels
-    ({}, "jobs must map"),
-])
+@pytest.mark.parametrize(
+    "jobs, message",
+    [
+        ({"same": "abcdXY"}, "jobs"),  # a job missing
+        ({"same": "abc", "kind": "lu"}, "has 3 labels"),  # wrong number of labels
+        ({}, "jobs must map"),
+    ],
+)
 def test_tagger_checks_its_jobs(tagger, tmp_path, jobs, message):
     model, _ = tagger
     with pytest.raises(ValueError, match=message):

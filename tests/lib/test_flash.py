@@ -1,14 +1,14 @@
 """Tests of attnbook.flash: online softmax, tiled attention (forward and backward), the IO model."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from attnbook import attention, flash, measure, train
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attnbook import attention, flash, measure, train
 
 DEVICE = train.pick_device()
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9)}
@@ -30,9 +30,15 @@ def qkv(batch, t_q, t_k, d_k, d_v, dtype=torch.float64, seed=0, requires_grad=Fa
 
 # --- the online softmax -------------------------------------------------------------------------------
 
+
 @settings(max_examples=60, deadline=None)
-@given(shape=st.lists(st.integers(1, 5), min_size=0, max_size=2), n=st.integers(1, 40),
-       block=st.integers(1, 50), spread=st.sampled_from([1.0, 30.0, 1000.0]), seed=st.integers(0, 2**16))
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=0, max_size=2),
+    n=st.integers(1, 40),
+    block=st.integers(1, 50),
+    spread=st.sampled_from([1.0, 30.0, 1000.0]),
+    seed=st.integers(0, 2**16),
+)
 def test_online_softmax_equals_torch_softmax(shape, n, block, spread, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, n, generator=g, dtype=torch.float64) * spread
@@ -44,8 +50,8 @@ def test_online_softmax_update_keeps_the_invariant():
     x = torch.tensor([[2.0, 1.0, 5.0, 3.0, 8.0, 0.5, 8.0]], dtype=torch.float64)
     m, l = torch.tensor([float("-inf")], dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
     for t in range(x.shape[-1]):
-        m, l = flash.online_softmax_update(m, l, x[:, t:t + 1])
-        seen = x[:, :t + 1]
+        m, l = flash.online_softmax_update(m, l, x[:, t : t + 1])
+        seen = x[:, : t + 1]
         assert m.item() == seen.max().item()
         torch.testing.assert_close(l, torch.exp(seen - m[:, None]).sum(-1))
 
@@ -71,14 +77,24 @@ def test_online_softmax_bad_input():
 
 # --- tiled attention: equal to naive attention ----------------------------------------------------------
 
+
 @settings(max_examples=50, deadline=None)
-@given(batch=st.sampled_from([(), (2,), (2, 3)]), t_q=st.integers(1, 70), t_k=st.integers(1, 70),
-       d_k=st.sampled_from([1, 8, 16, 33, 64]), d_v=st.sampled_from([1, 8, 17]),
-       block_q=st.integers(1, 80), block_k=st.integers(1, 80), causal=st.booleans(),
-       offset_shift=st.integers(-5, 5), dtype=st.sampled_from([torch.float32, torch.float64]),
-       seed=st.integers(0, 2**16))
-def test_flash_attention_equals_naive_attention(batch, t_q, t_k, d_k, d_v, block_q, block_k, causal, offset_shift,
-                                                dtype, seed):
+@given(
+    batch=st.sampled_from([(), (2,), (2, 3)]),
+    t_q=st.integers(1, 70),
+    t_k=st.integers(1, 70),
+    d_k=st.sampled_from([1, 8, 16, 33, 64]),
+    d_v=st.sampled_from([1, 8, 17]),
+    block_q=st.integers(1, 80),
+    block_k=st.integers(1, 80),
+    causal=st.booleans(),
+    offset_shift=st.integers(-5, 5),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_flash_attention_equals_naive_attention(
+    batch, t_q, t_k, d_k, d_v, block_q, block_k, causal, offset_shift, dtype, seed
+):
     q, k, v = qkv(batch, t_q, t_k, d_k, d_v, dtype, seed)
     offset = (t_k - t_q + offset_shift) if causal else None
     out = flash.flash_attention(q, k, v, causal=causal, offset=offset, block_q=block_q, block_k=block_k)
@@ -87,26 +103,37 @@ def test_flash_attention_equals_naive_attention(batch, t_q, t_k, d_k, d_v, block
 
 
 @settings(max_examples=20, deadline=None)
-@given(t_q=st.integers(1, 40), t_k=st.integers(1, 40), d_k=st.sampled_from([1, 4, 16]), d_v=st.sampled_from([1, 5]),
-       block_q=st.integers(1, 20), block_k=st.integers(1, 20), causal=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    t_q=st.integers(1, 40),
+    t_k=st.integers(1, 40),
+    d_k=st.sampled_from([1, 4, 16]),
+    d_v=st.sampled_from([1, 5]),
+    block_q=st.integers(1, 20),
+    block_k=st.integers(1, 20),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_flash_attention_gradients_equal_naive_gradients(t_q, t_k, d_k, d_v, block_q, block_k, causal, seed):
     q, k, v = qkv((2,), t_q, t_k, d_k, d_v, torch.float64, seed, requires_grad=True)
     offset = t_k - t_q if causal else None
     grad = torch.randn(2, t_q, d_v, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
     expected = torch.autograd.grad(naive(q, k, v, causal, offset), (q, k, v), grad)
-    got = torch.autograd.grad(flash.flash_attention(q, k, v, causal=causal, offset=offset, block_q=block_q,
-                                                    block_k=block_k), (q, k, v), grad)
+    got = torch.autograd.grad(
+        flash.flash_attention(q, k, v, causal=causal, offset=offset, block_q=block_q, block_k=block_k), (q, k, v), grad
+    )
     for g_got, g_expected in zip(got, expected):
         torch.testing.assert_close(g_got, g_expected, atol=1e-10, rtol=1e-9)
 
 
-@pytest.mark.parametrize("causal, t_q, t_k, offset", [(False, 5, 7, None), (True, 7, 7, None), (True, 4, 8, 4),
-                                                      (True, 8, 4, -4), (True, 7, 7, -3)])
+@pytest.mark.parametrize(
+    "causal, t_q, t_k, offset",
+    [(False, 5, 7, None), (True, 7, 7, None), (True, 4, 8, 4), (True, 8, 4, -4), (True, 7, 7, -3)],
+)
 def test_gradcheck_in_float64(causal, t_q, t_k, offset):
     q, k, v = qkv((), t_q, t_k, 4, 3, torch.float64, seed=t_q + t_k, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda q, k, v: flash.flash_attention(q, k, v, causal=causal, offset=offset, block_q=3, block_k=2),
-        (q, k, v))
+        lambda q, k, v: flash.flash_attention(q, k, v, causal=causal, offset=offset, block_q=3, block_k=2), (q, k, v)
+    )
 
 
 def test_the_log_sum_exp_is_that_of_the_scores():
@@ -119,8 +146,10 @@ def test_the_log_sum_exp_is_that_of_the_scores():
 
 def test_scale_is_used():
     q, k, v = qkv((), 10, 12, 8, 8)
-    torch.testing.assert_close(flash.flash_attention(q, k, v, scale=0.3, block_q=3, block_k=5),
-                               attention.scaled_dot_product_attention(q, k, v, scale=0.3))
+    torch.testing.assert_close(
+        flash.flash_attention(q, k, v, scale=0.3, block_q=3, block_k=5),
+        attention.scaled_dot_product_attention(q, k, v, scale=0.3),
+    )
 
 
 def test_queries_with_no_allowed_key_give_zeros_and_zero_gradients():
@@ -154,6 +183,7 @@ def test_causal_tiles_above_the_diagonal_are_skipped():
 
 # --- memory -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(DEVICE.type != "cpu", reason="the tensor-memory tracker measures CPU tensors")
 def test_tiled_attention_memory_grows_linearly_and_stays_far_below_naive():
     peaks = {}
@@ -180,20 +210,29 @@ def test_the_backward_pass_saves_no_weight_matrix():
 
 # --- bad input ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, shapes, error, match", [
-    ({}, ((4, 8), (5, 6), (5, 8)), ValueError, r"q and k must have the same last dimension Dk, got q \(4, 8\) and k \(5, 6\)"),
-    ({}, ((4, 8), (5, 8), (6, 8)), ValueError, r"k and v must have the same number of keys Tk"),
-    ({}, ((2, 4, 8), (3, 5, 8), (3, 5, 8)), ValueError, r"same batch dimensions"),
-    ({"block_q": 0}, ((4, 8), (4, 8), (4, 8)), ValueError, r"block_q must be an integer >= 1, got 0"),
-    ({"block_k": -2}, ((4, 8), (4, 8), (4, 8)), ValueError, r"block_k must be an integer >= 1, got -2"),
-    ({"block_k": 2.5}, ((4, 8), (4, 8), (4, 8)), TypeError, r"block_k must be an integer >= 1, got 2.5"),
-    ({"offset": 1}, ((4, 8), (4, 8), (4, 8)), ValueError, r"offset only applies to causal attention"),
-    ({"causal": True, "offset": 1.5}, ((4, 8), (4, 8), (4, 8)), TypeError, r"offset must be an integer"),
-    ({"causal": 1}, ((4, 8), (4, 8), (4, 8)), TypeError, r"causal must be True or False"),
-    ({"scale": -1.0}, ((4, 8), (4, 8), (4, 8)), ValueError, r"scale must be > 0"),
-    ({}, ((0, 8), (4, 8), (4, 8)), ValueError, r"q is an empty sequence: it has 0 queries Tq, shape \(0, 8\)"),
-    ({}, ((8,), (4, 8), (4, 8)), ValueError, r"q must have at least 2 dimensions, got shape \(8\)"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, shapes, error, match",
+    [
+        (
+            {},
+            ((4, 8), (5, 6), (5, 8)),
+            ValueError,
+            r"q and k must have the same last dimension Dk, got q \(4, 8\) and k \(5, 6\)",
+        ),
+        ({}, ((4, 8), (5, 8), (6, 8)), ValueError, r"k and v must have the same number of keys Tk"),
+        ({}, ((2, 4, 8), (3, 5, 8), (3, 5, 8)), ValueError, r"same batch dimensions"),
+        ({"block_q": 0}, ((4, 8), (4, 8), (4, 8)), ValueError, r"block_q must be an integer >= 1, got 0"),
+        ({"block_k": -2}, ((4, 8), (4, 8), (4, 8)), ValueError, r"block_k must be an integer >= 1, got -2"),
+        ({"block_k": 2.5}, ((4, 8), (4, 8), (4, 8)), TypeError, r"block_k must be an integer >= 1, got 2.5"),
+        ({"offset": 1}, ((4, 8), (4, 8), (4, 8)), ValueError, r"offset only applies to causal attention"),
+        ({"causal": True, "offset": 1.5}, ((4, 8), (4, 8), (4, 8)), TypeError, r"offset must be an integer"),
+        ({"causal": 1}, ((4, 8), (4, 8), (4, 8)), TypeError, r"causal must be True or False"),
+        ({"scale": -1.0}, ((4, 8), (4, 8), (4, 8)), ValueError, r"scale must be > 0"),
+        ({}, ((0, 8), (4, 8), (4, 8)), ValueError, r"q is an empty sequence: it has 0 queries Tq, shape \(0, 8\)"),
+        ({}, ((8,), (4, 8), (4, 8)), ValueError, r"q must have at least 2 dimensions, got shape \(8\)"),
+    ],
+)
 def test_bad_input_gets_a_clear_error(kwargs, shapes, error, match):
     q, k, v = (torch.randn(*s) for s in shapes)
     with pytest.raises(error, match=match):
@@ -211,6 +250,7 @@ def test_bad_types_get_a_clear_error():
 
 
 # --- the IO model -------------------------------------------------------------------------------------
+
 
 def test_fast_memory_refuses_to_overflow():
     mem = flash.FastMemory(100, bytes_per_element=4)

@@ -1,15 +1,15 @@
 """attnbook.graphs: masks, Laplacians, eigenvectors and distances against networkx and numpy; the graph model."""
+
 import math
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from attnbook import graphs
 from attnbook.attention import scaled_dot_product_attention
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def random_graph(n, p, seed):
@@ -125,8 +125,10 @@ def test_two_ring_graphs():
             assert nx.shortest_path_length(g, *marks) >= 5
 
 
-@pytest.mark.parametrize("mask,encoding", [("full", "none"), ("adjacency", "none"), ("full", "laplacian"),
-                                           ("adjacency", "laplacian"), ("full", "distance")])
+@pytest.mark.parametrize(
+    "mask,encoding",
+    [("full", "none"), ("adjacency", "none"), ("full", "laplacian"), ("adjacency", "laplacian"), ("full", "distance")],
+)
 def test_graph_transformer_is_invariant_to_renumbering_the_nodes(mask, encoding):
     torch.manual_seed(0)
     model = graphs.GraphTransformer(mask, encoding, d_model=16, n_heads=2, n_layers=2).double().eval()
@@ -138,13 +140,23 @@ def test_graph_transformer_is_invariant_to_renumbering_the_nodes(mask, encoding)
     dist = graphs.shortest_path_distances(batch.adjacency)
     perm = torch.randperm(N)
     out = model(batch.features, batch.adjacency, batch.nodes, eigenvectors=eig, distances=dist)
-    moved = model(batch.features[:, perm], batch.adjacency[:, perm][:, :, perm], batch.nodes[:, perm],
-                  eigenvectors=eig[:, perm], distances=dist[:, perm][:, :, perm])
+    moved = model(
+        batch.features[:, perm],
+        batch.adjacency[:, perm][:, :, perm],
+        batch.nodes[:, perm],
+        eigenvectors=eig[:, perm],
+        distances=dist[:, perm][:, :, perm],
+    )
     torch.testing.assert_close(moved, out)
     # and padding does not count: one graph alone, unpadded, gives the same logits
     n = int(batch.n_nodes[0])
-    alone = model(batch.features[:1, :n], batch.adjacency[:1, :n, :n], batch.nodes[:1, :n],
-                  eigenvectors=eig[:1, :n], distances=dist[:1, :n, :n])
+    alone = model(
+        batch.features[:1, :n],
+        batch.adjacency[:1, :n, :n],
+        batch.nodes[:1, :n],
+        eigenvectors=eig[:1, :n],
+        distances=dist[:1, :n, :n],
+    )
     torch.testing.assert_close(alone, out[:1])
 
 
@@ -161,26 +173,38 @@ def test_message_passing_cannot_tell_the_two_kinds_of_graph_apart():
     model = graphs.GraphTransformer("full", "distance", d_model=16, n_heads=2, n_layers=2).double().eval()
     with torch.no_grad():
         model.distance_bias.table.normal_()
-    logits = model(batch.features, batch.adjacency, batch.nodes,
-                   distances=graphs.shortest_path_distances(batch.adjacency))
+    logits = model(
+        batch.features, batch.adjacency, batch.nodes, distances=graphs.shortest_path_distances(batch.adjacency)
+    )
     rows = logits[batch.n_nodes == batch.n_nodes[0]]
     assert (rows - rows[:1]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda: graphs.adjacency_mask(torch.ones(3, 4)), ValueError, r"adjacency must be a square matrix"),
-    (lambda: graphs.adjacency_mask(torch.tensor([[0, 1], [0, 0]])), ValueError, r"adjacency must be symmetric"),
-    (lambda: graphs.adjacency_mask(torch.tensor([[0, 2], [2, 0]])), ValueError, r"booleans or 0/1"),
-    (lambda: graphs.adjacency_from_edges([(0, 3)], 3), ValueError, r"node indices in \[0, n_nodes=3\)"),
-    (lambda: graphs.laplacian_eigenvectors(torch.zeros(2, 3, 3, dtype=torch.bool), 2), ValueError,
-     r"adjacency must be one graph \(N, N\)"),
-    (lambda: graphs.GraphTransformer("sparse"), ValueError, r"mask must be one of 'full', 'adjacency'"),
-    (lambda: graphs.GraphTransformer("full", "laplacian")(torch.zeros(1, 3, dtype=torch.long),
-                                                         torch.zeros(1, 3, 3, dtype=torch.bool),
-                                                         torch.ones(1, 3, dtype=torch.bool)),
-     ValueError, r"encoding='laplacian' needs eigenvectors"),
-    (lambda: graphs.two_ring_graphs(4, (8, 10)), ValueError, r"n_nodes must be \(low, high\)"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda: graphs.adjacency_mask(torch.ones(3, 4)), ValueError, r"adjacency must be a square matrix"),
+        (lambda: graphs.adjacency_mask(torch.tensor([[0, 1], [0, 0]])), ValueError, r"adjacency must be symmetric"),
+        (lambda: graphs.adjacency_mask(torch.tensor([[0, 2], [2, 0]])), ValueError, r"booleans or 0/1"),
+        (lambda: graphs.adjacency_from_edges([(0, 3)], 3), ValueError, r"node indices in \[0, n_nodes=3\)"),
+        (
+            lambda: graphs.laplacian_eigenvectors(torch.zeros(2, 3, 3, dtype=torch.bool), 2),
+            ValueError,
+            r"adjacency must be one graph \(N, N\)",
+        ),
+        (lambda: graphs.GraphTransformer("sparse"), ValueError, r"mask must be one of 'full', 'adjacency'"),
+        (
+            lambda: graphs.GraphTransformer("full", "laplacian")(
+                torch.zeros(1, 3, dtype=torch.long),
+                torch.zeros(1, 3, 3, dtype=torch.bool),
+                torch.ones(1, 3, dtype=torch.bool),
+            ),
+            ValueError,
+            r"encoding='laplacian' needs eigenvectors",
+        ),
+        (lambda: graphs.two_ring_graphs(4, (8, 10)), ValueError, r"n_nodes must be \(low, high\)"),
+    ],
+)
 def test_bad_input_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -194,8 +218,13 @@ def test_the_smallest_gap_still_makes_rings_and_odd_inputs_are_refused():
         assert (degrees == 2).all(), "every node on a ring of at least 3 nodes (a ring of 2 is one edge)"
     with pytest.raises(ValueError, match=r"distances must be shortest-path lengths >= 0 or -1 \(unreachable\), got -2"):
         graphs.DistanceBias(2, 3)(torch.tensor([[0, -2], [-2, 0]]))
-    with pytest.raises(TypeError, match=r"edges must be a list of pairs \(i, j\) of node indices or a tensor \(E, 2\), "
-                                        r"got dtype torch.float32"):
+    with pytest.raises(
+        TypeError,
+        match=r"edges must be a list of pairs \(i, j\) of node indices or a tensor \(E, 2\), "
+        r"got dtype torch.float32",
+    ):
         graphs.adjacency_from_edges([(0.5, 1.0)], 3)
-    with pytest.raises(ValueError, match=r"edges must be pairs \(i, j\) of node indices, shape \(E, 2\), got shape \(1, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"edges must be pairs \(i, j\) of node indices, shape \(E, 2\), got shape \(1, 3\)"
+    ):
         graphs.adjacency_from_edges([(0, 1, 2)], 3)

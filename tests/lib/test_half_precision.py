@@ -9,13 +9,13 @@ Tolerance: |half - float32| <= TOL[dtype] * max(1, max |float32|), elementwise: 
 of the dtype (float16 keeps 11 significant bits, unit roundoff 4.9e-4; bfloat16 8, 3.9e-3). The largest
 error measured over these cases is below two thirds of that bound in both dtypes.
 """
+
 import copy
 
 import pytest
 import torch
-from torch import nn
-
 from attnbook import attention, blocks, flash, models, positional, vit
+from torch import nn
 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 HALF = [torch.float16, torch.bfloat16]
@@ -58,49 +58,88 @@ def _seeded(factory):
 
 
 def _config(**changes):
-    return models.TransformerConfig(**{**dict(vocab_size=17, block_size=16, n_layers=2, n_heads=2, d_model=16,
-                                              d_ff=32), **changes})
+    return models.TransformerConfig(
+        **{**dict(vocab_size=17, block_size=16, n_layers=2, n_heads=2, d_model=16, d_ff=32), **changes}
+    )
 
 
-QKV = lambda: (_randn(2, 2, 6, 32, scale=80, seed=1), _randn(2, 2, 7, 32, scale=80, seed=2), _randn(2, 2, 7, 32, seed=3))
-QKV_TYPICAL = lambda: (_randn(2, 2, 6, 32, seed=1), _randn(2, 2, 7, 32, seed=2), _randn(2, 2, 7, 32, seed=3))
-X = lambda scale=1.0: (_randn(2, 6, 16, scale=scale, seed=4),)
+def QKV():
+    return (
+        _randn(2, 2, 6, 32, scale=80, seed=1),
+        _randn(2, 2, 7, 32, scale=80, seed=2),
+        _randn(2, 2, 7, 32, seed=3),
+    )
+
+
+def QKV_TYPICAL():
+    return (_randn(2, 2, 6, 32, seed=1), _randn(2, 2, 7, 32, seed=2), _randn(2, 2, 7, 32, seed=3))
+
+
+def X(scale=1.0):
+    return (_randn(2, 6, 16, scale=scale, seed=4),)
+
 
 # name -> (module factory, inputs); the inputs' floating tensors are rounded to the dtype under test
 CASES = {
     "scaled_dot_product_attention (scores up to 1e5)": (lambda: Fn(attention.scaled_dot_product_attention), QKV),
     "scaled_dot_product_attention, causal mask": (
-        lambda: Fn(lambda q, k, v: attention.scaled_dot_product_attention(q, k, v, attention.causal_mask(6, 7))), QKV),
+        lambda: Fn(lambda q, k, v: attention.scaled_dot_product_attention(q, k, v, attention.causal_mask(6, 7))),
+        QKV,
+    ),
     "scaled_dot_product_attention (typical scores)": (lambda: Fn(attention.scaled_dot_product_attention), QKV_TYPICAL),
-    "masked_softmax": (lambda: Fn(lambda s: attention.masked_softmax(s, attention.causal_mask(6, 7))),
-                       lambda: (_randn(2, 6, 7, scale=1e4, seed=5),)),
-    "softmax_with_temperature": (lambda: Fn(lambda s: attention.softmax_with_temperature(s, 0.5)),
-                                 lambda: (_randn(3, 7, scale=100, seed=6),)),
-    "flash_attention": (lambda: Fn(lambda q, k, v: flash.flash_attention(q, k, v, causal=True, block_q=4, block_k=3)),
-                        QKV),
-    "flash_attention (typical scores)": (lambda: Fn(lambda q, k, v: flash.flash_attention(q, k, v, block_q=4, block_k=3)),
-                                         QKV_TYPICAL),
-    "AdditiveAttention": (lambda: attention.AdditiveAttention(16, 12, 8),
-                          lambda: (_randn(2, 3, 16, seed=7), _randn(2, 5, 12, seed=8), _randn(2, 5, 4, seed=9))),
-    "MultiHeadAttention, fast path": (lambda: Called(attention.MultiHeadAttention(16, 2), is_causal=True),
-                                      lambda: X(scale=30)),
+    "masked_softmax": (
+        lambda: Fn(lambda s: attention.masked_softmax(s, attention.causal_mask(6, 7))),
+        lambda: (_randn(2, 6, 7, scale=1e4, seed=5),),
+    ),
+    "softmax_with_temperature": (
+        lambda: Fn(lambda s: attention.softmax_with_temperature(s, 0.5)),
+        lambda: (_randn(3, 7, scale=100, seed=6),),
+    ),
+    "flash_attention": (
+        lambda: Fn(lambda q, k, v: flash.flash_attention(q, k, v, causal=True, block_q=4, block_k=3)),
+        QKV,
+    ),
+    "flash_attention (typical scores)": (
+        lambda: Fn(lambda q, k, v: flash.flash_attention(q, k, v, block_q=4, block_k=3)),
+        QKV_TYPICAL,
+    ),
+    "AdditiveAttention": (
+        lambda: attention.AdditiveAttention(16, 12, 8),
+        lambda: (_randn(2, 3, 16, seed=7), _randn(2, 5, 12, seed=8), _randn(2, 5, 4, seed=9)),
+    ),
+    "MultiHeadAttention, fast path": (
+        lambda: Called(attention.MultiHeadAttention(16, 2), is_causal=True),
+        lambda: X(scale=30),
+    ),
     "MultiHeadAttention, explicit path": (
-        lambda: Called(attention.MultiHeadAttention(16, 2), is_causal=True, return_weights=True), lambda: X(scale=30)),
+        lambda: Called(attention.MultiHeadAttention(16, 2), is_causal=True, return_weights=True),
+        lambda: X(scale=30),
+    ),
     "MultiHeadAttention, explicit path, scores beyond 65504": (
-        lambda: Called(attention.MultiHeadAttention(16, 2), return_weights=True), lambda: X(scale=200)),
+        lambda: Called(attention.MultiHeadAttention(16, 2), return_weights=True),
+        lambda: X(scale=200),
+    ),
     "MultiHeadAttention, fast path, scores beyond 65504": (
-        lambda: Called(attention.MultiHeadAttention(16, 2)), lambda: X(scale=200)),
+        lambda: Called(attention.MultiHeadAttention(16, 2)),
+        lambda: X(scale=200),
+    ),
     "GroupedQueryAttention with RoPE": (
-        lambda: Called(attention.GroupedQueryAttention(16, 4, 2, rope=True), is_causal=True), lambda: X(scale=30)),
+        lambda: Called(attention.GroupedQueryAttention(16, 4, 2, rope=True), is_causal=True),
+        lambda: X(scale=30),
+    ),
     "GroupedQueryAttention, explicit path": (
         lambda: Called(attention.GroupedQueryAttention(16, 4, 1), is_causal=True, return_weights=True),
-        lambda: X(scale=30)),
+        lambda: X(scale=30),
+    ),
     "EncoderBlock, post-norm": (lambda: blocks.EncoderBlock(16, 2, 32), lambda: X(scale=10)),
     "EncoderBlock, pre-norm, RMSNorm, SwiGLU, GQA": (
         lambda: blocks.EncoderBlock(16, 2, 32, norm_position="pre", norm="rmsnorm", mlp="swiglu", n_kv_heads=1),
-        lambda: X(scale=10)),
-    "DecoderBlock": (lambda: blocks.DecoderBlock(16, 2, 32),
-                     lambda: (_randn(2, 6, 16, seed=10), _randn(2, 4, 16, seed=11))),
+        lambda: X(scale=10),
+    ),
+    "DecoderBlock": (
+        lambda: blocks.DecoderBlock(16, 2, 32),
+        lambda: (_randn(2, 6, 16, seed=10), _randn(2, 4, 16, seed=11)),
+    ),
     "RMSNorm (squares beyond 65504)": (lambda: blocks.RMSNorm(16), lambda: X(scale=300)),
     "torch.nn.RMSNorm (the reference)": (lambda: nn.RMSNorm(16, eps=1e-5), lambda: X(scale=300)),
     "LayerNorm (make_norm)": (lambda: blocks.make_norm("layernorm", 16), lambda: X(scale=300)),
@@ -115,18 +154,40 @@ CASES = {
     "GPT": (lambda: models.GPT(_config()), lambda: (_ids(2, 9),)),
     "GPT, modern (RMSNorm, SwiGLU, RoPE, GQA)": (
         lambda: models.GPT(_config(norm="rmsnorm", mlp="swiglu", positional="rope", n_kv_heads=1)),
-        lambda: (_ids(2, 9),)),
-    "Encoder": (lambda: models.Encoder(_config(norm_position="post", positional="sinusoidal")),
-                lambda: (_ids(2, 7), attention.padding_mask([7, 4]))),
+        lambda: (_ids(2, 9),),
+    ),
+    "Encoder": (
+        lambda: models.Encoder(_config(norm_position="post", positional="sinusoidal")),
+        lambda: (_ids(2, 7), attention.padding_mask([7, 4])),
+    ),
     "Decoder": (lambda: models.Decoder(_config()), lambda: (_ids(2, 5), _randn(2, 7, 16, seed=13))),
-    "EncoderDecoder": (lambda: models.EncoderDecoder(_config()),
-                       lambda: (_ids(2, 7), _ids(2, 5, seed=1), attention.padding_mask([7, 3]))),
-    "ViT": (lambda: vit.ViT(vit.ViTConfig(image_size=8, patch_size=4, in_channels=1, n_classes=5, d_model=16,
-                                          n_layers=2, n_heads=2)), lambda: (_randn(2, 1, 8, 8, seed=14),)),
+    "EncoderDecoder": (
+        lambda: models.EncoderDecoder(_config()),
+        lambda: (_ids(2, 7), _ids(2, 5, seed=1), attention.padding_mask([7, 3])),
+    ),
+    "ViT": (
+        lambda: vit.ViT(
+            vit.ViTConfig(image_size=8, patch_size=4, in_channels=1, n_classes=5, d_model=16, n_layers=2, n_heads=2)
+        ),
+        lambda: (_randn(2, 1, 8, 8, seed=14),),
+    ),
     "ViT, linear patches, mean pooling, 2D positions": (
-        lambda: vit.ViT(vit.ViTConfig(image_size=8, patch_size=4, in_channels=1, n_classes=5, d_model=16, n_layers=1,
-                                      n_heads=2, pool="mean", positions="sinusoidal2d", patch_embedding="linear")),
-        lambda: (_randn(2, 1, 8, 8, seed=15),)),
+        lambda: vit.ViT(
+            vit.ViTConfig(
+                image_size=8,
+                patch_size=4,
+                in_channels=1,
+                n_classes=5,
+                d_model=16,
+                n_layers=1,
+                n_heads=2,
+                pool="mean",
+                positions="sinusoidal2d",
+                patch_embedding="linear",
+            )
+        ),
+        lambda: (_randn(2, 1, 8, 8, seed=15),),
+    ),
 }
 
 

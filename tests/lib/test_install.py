@@ -1,5 +1,6 @@
 """The installed package (``pip install .``, not the editable one) carries its data: it loads both datasets
 with no network, from a folder outside the repository."""
+
 import shutil
 import subprocess
 import sys
@@ -28,14 +29,16 @@ OFFLINE_CHECK = textwrap.dedent("""
     from attnbook import data
 
     venv = Path(sys.argv[1]).resolve()
-    assert Path(attnbook.__file__).resolve().is_relative_to(venv), f"imported {attnbook.__file__}, not the installed copy"
+    imported = Path(attnbook.__file__).resolve()
+    assert imported.is_relative_to(venv), f"imported {attnbook.__file__}, not the installed copy"
     for name, spec in data.DATASETS.items():
         path = data.fetch(name)
         assert path.resolve().is_relative_to(venv), path
         assert data.sha256_of(path) == spec.sha256 and path.stat().st_size == spec.size, name
     assert len(data.load_eng_fra()) == 5000
     splits = data.load_shakespeare()
-    assert len(splits.tokenizer.chars) == 65 and len(splits.train) + len(splits.val) == data.DATASETS["tinyshakespeare"].size
+    assert len(splits.tokenizer.chars) == 65
+    assert len(splits.train) + len(splits.val) == data.DATASETS["tinyshakespeare"].size
     assert (data.packaged_dir() / "eng-fra" / "LICENSE").is_file() and (data.packaged_dir() / "README.md").is_file()
 
     # the fallback would download: with no network it must fail with the library's error, naming the URL
@@ -64,21 +67,54 @@ def test_pip_install_carries_both_datasets_and_loads_them_offline(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--disable-pip-version-check", str(src)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            str(src),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
     installed = site / "attnbook"
     assert (installed / "data_files" / "eng-fra" / "eng-fra.txt").is_file()
     assert (installed / "exercises" / "chapters.json").is_file()
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(elsewhere), "ATTNBOOK_CACHE": str(elsewhere / "cache"),
-           "OMP_NUM_THREADS": "1", "no_proxy": "", "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
-    run = subprocess.run([str(python), "-c", OFFLINE_CHECK, str(venv)], cwd=elsewhere, env=env,
-                         capture_output=True, text=True, timeout=120)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(elsewhere),
+        "ATTNBOOK_CACHE": str(elsewhere / "cache"),
+        "OMP_NUM_THREADS": "1",
+        "no_proxy": "",
+        "http_proxy": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+    }
+    run = subprocess.run(
+        [str(python), "-c", OFFLINE_CHECK, str(venv)],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and "offline ok" in run.stdout, run.stdout + run.stderr
     assert not (elsewhere / "cache").exists()  # nothing was downloaded or cached

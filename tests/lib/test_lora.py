@@ -1,9 +1,9 @@
 """LoRA: zero-initialised B changes nothing, merged weights equal the adapter, r (d_in + d_out) parameters."""
+
 import pytest
 import torch
-from torch import nn
-
 from attnbook import lora, measure, models, pretrain
+from torch import nn
 
 
 def test_zero_b_gives_the_base_layer_exactly():
@@ -41,8 +41,12 @@ def test_add_lora_to_an_encoder_trains_only_the_adapters_and_merges_back():
     clf = pretrain.SequenceClassifier(models.Encoder(config), 2)
     lora.freeze(clf.encoder)
     names = lora.add_lora(clf.encoder, ("W_q", "W_v"), r=2)
-    assert names == ["blocks.0.self_attn.W_q", "blocks.0.self_attn.W_v",
-                     "blocks.1.self_attn.W_q", "blocks.1.self_attn.W_v"]
+    assert names == [
+        "blocks.0.self_attn.W_q",
+        "blocks.0.self_attn.W_v",
+        "blocks.1.self_attn.W_q",
+        "blocks.1.self_attn.W_v",
+    ]
     head = 16 * 2 + 2
     assert measure.count_parameters(clf, trainable_only=True) == 4 * 2 * (16 + 16) + head
     ids = torch.randint(0, 30, (5, 8))

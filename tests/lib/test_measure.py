@@ -1,4 +1,5 @@
 """Tests of attnbook.measure: timing, peak tensor memory, FLOP and parameter counts, power-law fits."""
+
 from __future__ import annotations
 
 import math
@@ -6,15 +7,15 @@ import time
 
 import pytest
 import torch
+from attnbook import attention, measure, train
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attnbook import attention, measure, train
 
 DEVICE = train.pick_device()
 
 
 # --- time ---------------------------------------------------------------------------------------------
+
 
 def test_time_fn_times_every_repeat_after_the_warmup():
     calls = []
@@ -41,6 +42,7 @@ def test_time_fn_bad_input():
 
 
 # --- memory -------------------------------------------------------------------------------------------
+
 
 def test_peak_memory_of_one_tensor():
     peak = measure.peak_memory(lambda: torch.empty(1000, device=DEVICE), device=DEVICE)
@@ -115,6 +117,7 @@ def test_peak_memory_bad_input():
 
 # --- FLOPs and parameters -----------------------------------------------------------------------------
 
+
 @settings(max_examples=20, deadline=None)
 @given(m=st.integers(1, 40), k=st.integers(1, 40), n=st.integers(1, 40))
 def test_flop_count_of_a_matrix_product(m, k, n):
@@ -162,6 +165,7 @@ def test_count_parameters():
 
 # --- fits and formats ---------------------------------------------------------------------------------
 
+
 @settings(max_examples=30, deadline=None)
 @given(k=st.floats(-3, 3), c=st.floats(0.01, 100))
 def test_fit_power_law_recovers_the_exponent(k, c):
@@ -190,6 +194,7 @@ def test_format_bytes():
 
 # --- a whole transformer: parameters, FLOPs per token, activation memory --------------------------------
 
+
 def _gpt(**changes):
     from attnbook import models
 
@@ -209,8 +214,16 @@ def test_non_embedding_parameters_leave_out_the_tables_and_the_tied_output_layer
     assert measure.count_parameters(untied, non_embedding=True) == 12 * L * D * D + norms + V * D
 
 
-@pytest.mark.parametrize("changes", [{}, {"mlp": "gelu", "n_layers": 3}, {"d_model": 48, "n_heads": 3},
-                                     {"mlp": "swiglu", "d_ff": 80}, {"n_kv_heads": 2}])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"mlp": "gelu", "n_layers": 3},
+        {"d_model": 48, "n_heads": 3},
+        {"mlp": "swiglu", "d_ff": 80},
+        {"n_kv_heads": 2},
+    ],
+)
 def test_transformer_flops_equal_the_flops_pytorch_counts(changes):
     model = _gpt(**changes)
     B, T = 3, 24
@@ -245,11 +258,16 @@ def test_activation_bytes_equal_what_autograd_saves(mlp, attention, shape):
     saved = []
     for B in (1, 2):  # what grows with the batch is the activations (weights and masks do not)
         x = torch.randn(B, T, D, requires_grad=True)
-        saved.append(measure.saved_tensor_bytes(lambda: block(x, is_causal=True, return_weights=attention == "explicit"),
-                                                exclude=list(block.parameters())))
+        saved.append(
+            measure.saved_tensor_bytes(
+                lambda: block(x, is_causal=True, return_weights=attention == "explicit"),
+                exclude=list(block.parameters()),
+            )
+        )
     assert saved[1] - saved[0] == measure.activation_bytes(model.config, 1, T, attention=attention)
-    assert measure.activation_bytes(model.config, 5, T, attention=attention) == \
-        5 * measure.activation_bytes(model.config, 1, T, attention=attention)
+    assert measure.activation_bytes(model.config, 5, T, attention=attention) == 5 * measure.activation_bytes(
+        model.config, 1, T, attention=attention
+    )
 
 
 def test_saved_tensor_bytes_counts_a_storage_once():

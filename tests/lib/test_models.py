@@ -1,16 +1,16 @@
 """attnbook.models: the config, GPT (causality, loss at init, counts, generation), the encoder-decoder, evaluation."""
+
 import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from attnbook import measure, models
 from attnbook.attention import padding_mask
 from attnbook.models import GPT, EncoderDecoder, TransformerConfig
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 TOL = dict(atol=1e-5, rtol=1e-4)
 
@@ -25,6 +25,7 @@ def ids(B, T, V=11, seed=0):
 
 # --- the configuration ----------------------------------------------------------------------------
 
+
 def test_config_is_frozen_and_fills_d_ff():
     config = tiny()
     assert config.d_ff == 64
@@ -35,16 +36,19 @@ def test_config_is_frozen_and_fills_d_ff():
     assert TransformerConfig(**config.to_dict()) == config
 
 
-@pytest.mark.parametrize("changes,match", [
-    (dict(vocab_size=0), "vocab_size must be an integer >= 1"),
-    (dict(d_model=10, n_heads=4), "d_model must be divisible by n_heads"),
-    (dict(norm="batchnorm"), "norm must be one of"),
-    (dict(norm_position="after"), "norm_position must be one of 'post', 'pre'"),
-    (dict(mlp="swish"), "mlp must be one of"),
-    (dict(positional="rotary-ish"), "positional must be one of"),
-    (dict(init="zeros"), "init must be one of"),
-    (dict(dropout=1.5), r"dropout must be in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        (dict(vocab_size=0), "vocab_size must be an integer >= 1"),
+        (dict(d_model=10, n_heads=4), "d_model must be divisible by n_heads"),
+        (dict(norm="batchnorm"), "norm must be one of"),
+        (dict(norm_position="after"), "norm_position must be one of 'post', 'pre'"),
+        (dict(mlp="swish"), "mlp must be one of"),
+        (dict(positional="rotary-ish"), "positional must be one of"),
+        (dict(init="zeros"), "init must be one of"),
+        (dict(dropout=1.5), r"dropout must be in \[0, 1\)"),
+    ],
+)
 def test_config_errors(changes, match):
     with pytest.raises(ValueError, match=match):
         tiny(**changes)
@@ -56,6 +60,7 @@ def test_model_needs_a_config():
 
 
 # --- GPT ------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=15, deadline=None)
 @given(T=st.integers(2, 16), t=st.integers(0, 15), seed=st.integers(0, 100))
@@ -94,14 +99,24 @@ def gpt_parameter_formula(V, T, L, D, F_, bias=True, tied=True):
     return L * per_layer + final_norm + V * D * (1 if tied else 2) + T * D
 
 
-@pytest.mark.parametrize("changes", [dict(), dict(bias=False), dict(tie_weights=False), dict(d_ff=40),
-                                     dict(n_layers=3, d_model=24, n_heads=3), dict(positional="sinusoidal")])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(),
+        dict(bias=False),
+        dict(tie_weights=False),
+        dict(d_ff=40),
+        dict(n_layers=3, d_model=24, n_heads=3),
+        dict(positional="sinusoidal"),
+    ],
+)
 def test_parameter_count_formula(changes):
     c = tiny(**changes)
     model = GPT(c)
     T_table = c.block_size if c.positional == "learned" else 0
-    assert measure.count_parameters(model) == gpt_parameter_formula(c.vocab_size, T_table, c.n_layers, c.d_model,
-                                                                   c.d_ff, c.bias, c.tie_weights)
+    assert measure.count_parameters(model) == gpt_parameter_formula(
+        c.vocab_size, T_table, c.n_layers, c.d_model, c.d_ff, c.bias, c.tie_weights
+    )
 
 
 def test_tied_weights_are_one_tensor():
@@ -167,6 +182,7 @@ def test_gpt_input_errors():
 
 # --- positions ------------------------------------------------------------------------------------
 
+
 def test_sinusoidal_positions_follow_the_formula_and_are_not_saved():
     pe = models.SinusoidalPositions(50, 8)
     p, i = 17, 3
@@ -178,10 +194,18 @@ def test_sinusoidal_positions_follow_the_formula_and_are_not_saved():
 
 # --- encoder-decoder ------------------------------------------------------------------------------
 
+
 def test_encoder_decoder_shapes_padding_and_causality():
     torch.manual_seed(0)
-    config = tiny(norm_position="post", mlp="relu", positional="sinusoidal", init="xavier", src_vocab_size=7,
-                  n_encoder_layers=1, scale_embeddings=True)
+    config = tiny(
+        norm_position="post",
+        mlp="relu",
+        positional="sinusoidal",
+        init="xavier",
+        src_vocab_size=7,
+        n_encoder_layers=1,
+        scale_embeddings=True,
+    )
     model = EncoderDecoder(config).eval()
     src, tgt = ids(2, 6, V=7), ids(2, 5)
     logits = model(src, tgt)
@@ -202,7 +226,7 @@ def test_encoder_decoder_learns_to_copy_and_greedy_decoding_reproduces_teacher_f
     model = EncoderDecoder(config)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     bos, eos = 0, 1
-    for step in range(200):
+    for _step in range(200):
         src = torch.randint(2, 8, (32, 5))
         tgt_in = torch.cat([torch.full((32, 1), bos), src], 1)
         tgt_out = torch.cat([src, torch.full((32, 1), eos)], 1)
@@ -218,6 +242,7 @@ def test_encoder_decoder_learns_to_copy_and_greedy_decoding_reproduces_teacher_f
 
 # --- evaluation -----------------------------------------------------------------------------------
 
+
 def test_evaluate_lm_predicts_every_token_once():
     torch.manual_seed(0)
     model = GPT(tiny(block_size=5)).eval()
@@ -225,7 +250,7 @@ def test_evaluate_lm_predicts_every_token_once():
     # by hand: windows [0:5], [5:10], ..., the last one shorter
     total, count = 0.0, 0
     for s in range(0, 22, 5):
-        x, y = seq[s:s + 5], seq[s + 1:s + 6]
+        x, y = seq[s : s + 5], seq[s + 1 : s + 6]
         x = x[: len(y)]
         total += F.cross_entropy(model(x[None])[0], y, reduction="sum").item()
         count += len(y)

@@ -1,10 +1,10 @@
 """models.GPT.from_hf: the book's GPT with Hugging Face GPT-2 weights gives GPT-2's logits (no download)."""
+
 import pytest
 import torch
+from attnbook import blocks, models
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 from transformers.activations import NewGELUActivation
-
-from attnbook import blocks, models
 
 
 def random_gpt2(**changes):
@@ -44,8 +44,11 @@ def test_from_a_state_dict_with_or_without_the_transformer_prefix():
     ids = torch.randint(0, 97, (2, 10))
     with torch.no_grad():
         expected = hf(ids).logits
-        for state in (hf.state_dict(), GPT2Model(hf.config).state_dict() | {
-                k[len("transformer."):]: v for k, v in hf.state_dict().items() if k.startswith("transformer.")}):
+        for state in (
+            hf.state_dict(),
+            GPT2Model(hf.config).state_dict()
+            | {k[len("transformer.") :]: v for k, v in hf.state_dict().items() if k.startswith("transformer.")},
+        ):
             torch.testing.assert_close(models.GPT.from_hf(state, n_heads=4)(ids), expected, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="n_heads must be given"):
         models.GPT.from_hf(hf.state_dict())
@@ -60,7 +63,9 @@ def test_every_detail_matters():
     exact.load_state_dict(ours.state_dict())
     with torch.no_grad():
         assert (exact(ids) - hf(ids).logits).abs().max() > 1e-3
-        ours.blocks[0].ffn.W_1.weight.copy_(hf.transformer.h[0].mlp.c_fc.weight.reshape(ours.blocks[0].ffn.W_1.weight.shape))
+        ours.blocks[0].ffn.W_1.weight.copy_(
+            hf.transformer.h[0].mlp.c_fc.weight.reshape(ours.blocks[0].ffn.W_1.weight.shape)
+        )
         assert (ours(ids) - hf(ids).logits).abs().max() > 1e-3
 
 

@@ -2,15 +2,15 @@
 
 Equality with torch.nn.MultiheadAttention on copied weights is in tests/lib/test_attention.py.
 """
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from attnbook.attention import MultiHeadAttention, causal_mask, padding_mask
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attnbook.attention import MultiHeadAttention, causal_mask, padding_mask
 
 TOL64 = dict(atol=1e-10, rtol=1e-9)
 
@@ -74,19 +74,26 @@ def test_cross_attention_ignores_the_order_of_the_keys(shape, t_k, seed):
 
 
 @settings(max_examples=30, deadline=None)
-@given(shape=shapes, t_k=st.integers(1, 9), seed=st.integers(0, 10_000),
-       kind=st.sampled_from(["none", "2d", "3d", "padding", "4d"]), is_causal=st.booleans())
+@given(
+    shape=shapes,
+    t_k=st.integers(1, 9),
+    seed=st.integers(0, 10_000),
+    kind=st.sampled_from(["none", "2d", "3d", "padding", "4d"]),
+    is_causal=st.booleans(),
+)
 def test_fast_path_equals_explicit_path_and_per_head_loop(shape, t_k, seed, kind, is_causal):
     B, T_q, (D, H) = shape
     mha = make(D, H, seed)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(B, T_q, D, generator=g, dtype=torch.float64)
     mem = torch.randn(B, t_k, D, generator=g, dtype=torch.float64)
-    mask = {"none": None,
-            "2d": torch.rand(T_q, t_k, generator=g) > 0.3,
-            "3d": torch.rand(B, T_q, t_k, generator=g) > 0.3,
-            "padding": padding_mask(torch.randint(1, t_k + 1, (B,), generator=g), t_k),
-            "4d": torch.rand(B, H, T_q, t_k, generator=g) > 0.3}[kind]
+    mask = {
+        "none": None,
+        "2d": torch.rand(T_q, t_k, generator=g) > 0.3,
+        "3d": torch.rand(B, T_q, t_k, generator=g) > 0.3,
+        "padding": padding_mask(torch.randint(1, t_k + 1, (B,), generator=g), t_k),
+        "4d": torch.rand(B, H, T_q, t_k, generator=g) > 0.3,
+    }[kind]
     fast = mha(x, mem, mask=mask, is_causal=is_causal)
     explicit, w = mha(x, mem, mask=mask, is_causal=is_causal, return_weights=True)
     torch.testing.assert_close(fast, explicit, **TOL64)
@@ -128,11 +135,11 @@ def test_padded_batch_equals_each_sequence_alone():
     seqs = [torch.randn(1, n, 12, dtype=torch.float64) for n in lengths]
     batch = torch.full((3, 7, 12), 1e3, dtype=torch.float64)  # padding full of large junk
     for b, s in enumerate(seqs):
-        batch[b, :lengths[b]] = s[0]
+        batch[b, : lengths[b]] = s[0]
     for is_causal in (False, True):
         out = mha(batch, mask=padding_mask(lengths), is_causal=is_causal)
         for b, s in enumerate(seqs):
-            torch.testing.assert_close(out[b, :lengths[b]], mha(s, is_causal=is_causal)[0], **TOL64)
+            torch.testing.assert_close(out[b, : lengths[b]], mha(s, is_causal=is_causal)[0], **TOL64)
     unmasked = mha(batch)
     assert not torch.allclose(unmasked[1, :2], mha(seqs[1])[0])  # without the mask the junk leaks in
 
@@ -171,7 +178,9 @@ def test_float32_matches_float64():
     mha64 = make(32, 4, seed=8)
     mha32 = make(32, 4, seed=8, dtype=torch.float32)
     x = torch.randn(2, 9, 32, dtype=torch.float64)
-    torch.testing.assert_close(mha32(x.float(), is_causal=True).double(), mha64(x, is_causal=True), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        mha32(x.float(), is_causal=True).double(), mha64(x, is_causal=True), atol=1e-5, rtol=1e-4
+    )
 
 
 def test_bias_false_has_no_biases():
@@ -182,21 +191,48 @@ def test_bias_false_has_no_biases():
     assert torch.allclose(mha(torch.zeros(1, 3, 8)), torch.zeros(1, 3, 8))
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda m, x: MultiHeadAttention(12, 5), ValueError, r"d_model must be divisible by n_heads, got d_model=12 and n_heads=5"),
-    (lambda m, x: MultiHeadAttention(8, 0), ValueError, r"n_heads must be an integer >= 1, got 0"),
-    (lambda m, x: MultiHeadAttention(8, 2, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-    (lambda m, x: m(x[0]), ValueError, r"query must have shape \(B, T, d_model=8\), got \(5, 8\)"),
-    (lambda m, x: m(x.long()), TypeError, r"query must be a floating-point tensor, got dtype torch.int64"),
-    (lambda m, x: m(x, torch.randn(3, 5, 8)), ValueError, r"query and key must have the same batch size B, got query \(2, 5, 8\) and key \(3, 5, 8\)"),
-    (lambda m, x: m(x, torch.randn(2, 6, 8), torch.randn(2, 4, 8)), ValueError,
-     r"key and value must have the same batch size and length \(B, Tk\), got key \(2, 6, 8\) and value \(2, 4, 8\)"),
-    (lambda m, x: m(x, mask=torch.ones(5, 5)), TypeError, r"mask must have dtype torch.bool, got torch.float32"),
-    (lambda m, x: m(x, mask=torch.ones(5, dtype=torch.bool)), ValueError, r"mask must have 2 \(Tq, Tk\), 3 \(B, Tq, Tk\) or 4 \(B, H, Tq, Tk\) dimensions, got shape \(5\)"),
-    (lambda m, x: m(x, mask=torch.ones(5, 4, dtype=torch.bool)), ValueError, r"mask must be broadcastable to \(B, H, Tq, Tk\) = \(2, 2, 5, 5\), got shape \(5, 4\)"),
-    (lambda m, x: m(x, mask=torch.ones(2, 3, 5, 5, dtype=torch.bool)), ValueError, r"= \(2, 2, 5, 5\), got shape \(2, 3, 5, 5\)"),
-    (lambda m, x: m(x, mask=[[True]]), TypeError, r"mask must be a torch.Tensor, got list"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (
+            lambda m, x: MultiHeadAttention(12, 5),
+            ValueError,
+            r"d_model must be divisible by n_heads, got d_model=12 and n_heads=5",
+        ),
+        (lambda m, x: MultiHeadAttention(8, 0), ValueError, r"n_heads must be an integer >= 1, got 0"),
+        (lambda m, x: MultiHeadAttention(8, 2, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+        (lambda m, x: m(x[0]), ValueError, r"query must have shape \(B, T, d_model=8\), got \(5, 8\)"),
+        (lambda m, x: m(x.long()), TypeError, r"query must be a floating-point tensor, got dtype torch.int64"),
+        (
+            lambda m, x: m(x, torch.randn(3, 5, 8)),
+            ValueError,
+            r"query and key must have the same batch size B, got query \(2, 5, 8\) and key \(3, 5, 8\)",
+        ),
+        (
+            lambda m, x: m(x, torch.randn(2, 6, 8), torch.randn(2, 4, 8)),
+            ValueError,
+            r"key and value must have the same batch size and length \(B, Tk\), "
+            r"got key \(2, 6, 8\) and value \(2, 4, 8\)",
+        ),
+        (lambda m, x: m(x, mask=torch.ones(5, 5)), TypeError, r"mask must have dtype torch.bool, got torch.float32"),
+        (
+            lambda m, x: m(x, mask=torch.ones(5, dtype=torch.bool)),
+            ValueError,
+            r"mask must have 2 \(Tq, Tk\), 3 \(B, Tq, Tk\) or 4 \(B, H, Tq, Tk\) dimensions, got shape \(5\)",
+        ),
+        (
+            lambda m, x: m(x, mask=torch.ones(5, 4, dtype=torch.bool)),
+            ValueError,
+            r"mask must be broadcastable to \(B, H, Tq, Tk\) = \(2, 2, 5, 5\), got shape \(5, 4\)",
+        ),
+        (
+            lambda m, x: m(x, mask=torch.ones(2, 3, 5, 5, dtype=torch.bool)),
+            ValueError,
+            r"= \(2, 2, 5, 5\), got shape \(2, 3, 5, 5\)",
+        ),
+        (lambda m, x: m(x, mask=[[True]]), TypeError, r"mask must be a torch.Tensor, got list"),
+    ],
+)
 def test_bad_input_errors(call, error, match):
     mha = MultiHeadAttention(8, 2)
     x = torch.randn(2, 5, 8)
@@ -217,6 +253,10 @@ def test_torch_reference_uses_the_opposite_boolean_convention():
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     allowed = causal_mask(5)
     torch.testing.assert_close(ref(x, x, x, attn_mask=~allowed, need_weights=False)[0], mha(x, mask=allowed), **TOL64)
-    assert not torch.allclose(ref(x, x, x, attn_mask=allowed, need_weights=False)[0][:, 1:], mha(x, mask=allowed)[:, 1:])
-    torch.testing.assert_close(F.scaled_dot_product_attention(x, x, x, attn_mask=allowed),
-                               F.scaled_dot_product_attention(x, x, x, is_causal=True))  # F.sdpa: True = may attend
+    assert not torch.allclose(
+        ref(x, x, x, attn_mask=allowed, need_weights=False)[0][:, 1:], mha(x, mask=allowed)[:, 1:]
+    )
+    torch.testing.assert_close(
+        F.scaled_dot_product_attention(x, x, x, attn_mask=allowed),
+        F.scaled_dot_product_attention(x, x, x, is_causal=True),
+    )  # F.sdpa: True = may attend

@@ -1,15 +1,20 @@
 """attnbook.positional: the formulas, the rotation and relative-offset properties, the modules, and clear errors."""
+
 import math
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from attnbook import positional
 from attnbook.attention import MultiHeadAttention
-from attnbook.positional import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding,
-                                 SinusoidalPositionalEncoding2D, sinusoidal, sinusoidal_2d)
+from attnbook.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    SinusoidalPositionalEncoding2D,
+    sinusoidal,
+    sinusoidal_2d,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def formula(n_positions, d_model, base=10000.0, offset=0):
@@ -28,13 +33,16 @@ def block_rotation(k, d_model, base=10000.0):
     T = torch.zeros(d_model, d_model, dtype=torch.float64)
     for i, w in enumerate(positional.frequencies(d_model, base=base).tolist()):
         c, s = math.cos(k * w), math.sin(k * w)
-        T[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        T[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
     return T
 
 
 # --- the sinusoidal formula -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,d,base,offset", [(1, 2, 10000.0, 0), (7, 8, 10000.0, 0), (5, 16, 100.0, 3), (9, 6, 10000.0, 40)])
+
+@pytest.mark.parametrize(
+    "n,d,base,offset", [(1, 2, 10000.0, 0), (7, 8, 10000.0, 0), (5, 16, 100.0, 3), (9, 6, 10000.0, 40)]
+)
 def test_sinusoidal_equals_the_formula(n, d, base, offset):
     pe = sinusoidal(n, d, base=base, offset=offset, dtype=torch.float64)
     assert pe.shape == (n, d)
@@ -78,7 +86,7 @@ def test_shift_by_k_is_a_fixed_rotation(k, half_width, base):
     pe = sinusoidal(200, d, base=base, dtype=torch.float64)
     T = block_rotation(k, d, base)
     lo, hi = max(0, -k), min(200, 200 - k)
-    torch.testing.assert_close(pe[lo + k:hi + k], pe[lo:hi] @ T.T, atol=1e-9, rtol=0)
+    torch.testing.assert_close(pe[lo + k : hi + k], pe[lo:hi] @ T.T, atol=1e-9, rtol=0)
     torch.testing.assert_close(T @ T.T, torch.eye(d, dtype=torch.float64), atol=1e-12, rtol=0)
 
 
@@ -94,6 +102,7 @@ def test_dot_product_depends_only_on_the_offset(half_width, p, q, shift):
 
 
 # --- 2D ---------------------------------------------------------------------------------------------
+
 
 def test_sinusoidal_2d_is_rows_then_columns_in_row_major_order():
     H, W, D = 3, 5, 16
@@ -118,6 +127,7 @@ def test_2d_similarity_depends_only_on_the_displacement():
 
 
 # --- modules -----------------------------------------------------------------------------------------
+
 
 def test_sinusoidal_module_adds_the_table_and_extends_beyond_max_len():
     enc = SinusoidalPositionalEncoding(8, max_len=10)
@@ -150,7 +160,11 @@ def test_learned_embedding_adds_its_rows_and_learns():
     torch.testing.assert_close(emb(x), x + emb.weight[:5])
     torch.testing.assert_close(emb(x, offset=7), x + emb.weight[7:12])
     emb(x, offset=2).sum().backward()
-    assert torch.all(emb.weight.grad[2:7] == 3) and torch.all(emb.weight.grad[:2] == 0) and torch.all(emb.weight.grad[7:] == 0)
+    assert (
+        torch.all(emb.weight.grad[2:7] == 3)
+        and torch.all(emb.weight.grad[:2] == 0)
+        and torch.all(emb.weight.grad[7:] == 0)
+    )
     assert list(emb.state_dict()) == ["weight"]
 
 
@@ -173,28 +187,59 @@ def test_adding_positions_breaks_permutation_equivariance():
 
 # --- errors -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make,error,match", [
-    (lambda: sinusoidal(4, 7), ValueError, r"d_model must be divisible by 2 .*got d_model=7"),
-    (lambda: sinusoidal(0, 8), ValueError, r"n_positions must be an integer >= 1, got 0"),
-    (lambda: sinusoidal(4, 8, offset=-1), ValueError, r"offset must be a non-negative integer .*got -1"),
-    (lambda: sinusoidal(4, 8, base=0.0), ValueError, r"base must be > 0, got 0.0"),
-    (lambda: sinusoidal_2d(2, 2, 6), ValueError, r"d_model must be divisible by 4 .*rows and for columns.*got d_model=6"),
-    (lambda: positional.angles(torch.tensor([True]), 4), TypeError, r"positions must be integers or real numbers"),
-    (lambda: SinusoidalPositionalEncoding(5), ValueError, r"d_model must be divisible by 2"),
-    (lambda: SinusoidalPositionalEncoding(8, max_len=0), ValueError, r"max_len must be an integer >= 1, got 0"),
-    (lambda: SinusoidalPositionalEncoding(8)(torch.randn(2, 3, 6)), ValueError,
-     r"x must have width d_model=8 in its last dimension, got shape \(2, 3, 6\)"),
-    (lambda: SinusoidalPositionalEncoding(8)(torch.ones(2, 3, 8, dtype=torch.long)), TypeError,
-     r"x must be a floating-point tensor, got dtype torch.int64"),
-    (lambda: SinusoidalPositionalEncoding(8)(torch.randn(8)), ValueError, r"x must have at least 2 dimensions, got shape \(8\)"),
-    (lambda: SinusoidalPositionalEncoding(8)(torch.randn(2, 3, 8), offset=1.5), ValueError, r"offset must be a non-negative integer"),
-    (lambda: LearnedPositionalEmbedding(8, 10)(torch.randn(2, 11, 8)), ValueError,
-     r"positions 0 to 9 only \(max_len=10\); got 11 positions starting at offset 0"),
-    (lambda: LearnedPositionalEmbedding(8, 10)(torch.randn(2, 4, 8), offset=8), ValueError,
-     r"got 4 positions starting at offset 8"),
-    (lambda: SinusoidalPositionalEncoding2D(8, 2, 3)(torch.randn(1, 5, 8)), ValueError,
-     r"x must have height \* width = 2 \* 3 = 6 tokens in dimension -2, got shape \(1, 5, 8\)"),
-])
+
+@pytest.mark.parametrize(
+    "make,error,match",
+    [
+        (lambda: sinusoidal(4, 7), ValueError, r"d_model must be divisible by 2 .*got d_model=7"),
+        (lambda: sinusoidal(0, 8), ValueError, r"n_positions must be an integer >= 1, got 0"),
+        (lambda: sinusoidal(4, 8, offset=-1), ValueError, r"offset must be a non-negative integer .*got -1"),
+        (lambda: sinusoidal(4, 8, base=0.0), ValueError, r"base must be > 0, got 0.0"),
+        (
+            lambda: sinusoidal_2d(2, 2, 6),
+            ValueError,
+            r"d_model must be divisible by 4 .*rows and for columns.*got d_model=6",
+        ),
+        (lambda: positional.angles(torch.tensor([True]), 4), TypeError, r"positions must be integers or real numbers"),
+        (lambda: SinusoidalPositionalEncoding(5), ValueError, r"d_model must be divisible by 2"),
+        (lambda: SinusoidalPositionalEncoding(8, max_len=0), ValueError, r"max_len must be an integer >= 1, got 0"),
+        (
+            lambda: SinusoidalPositionalEncoding(8)(torch.randn(2, 3, 6)),
+            ValueError,
+            r"x must have width d_model=8 in its last dimension, got shape \(2, 3, 6\)",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding(8)(torch.ones(2, 3, 8, dtype=torch.long)),
+            TypeError,
+            r"x must be a floating-point tensor, got dtype torch.int64",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding(8)(torch.randn(8)),
+            ValueError,
+            r"x must have at least 2 dimensions, got shape \(8\)",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding(8)(torch.randn(2, 3, 8), offset=1.5),
+            ValueError,
+            r"offset must be a non-negative integer",
+        ),
+        (
+            lambda: LearnedPositionalEmbedding(8, 10)(torch.randn(2, 11, 8)),
+            ValueError,
+            r"positions 0 to 9 only \(max_len=10\); got 11 positions starting at offset 0",
+        ),
+        (
+            lambda: LearnedPositionalEmbedding(8, 10)(torch.randn(2, 4, 8), offset=8),
+            ValueError,
+            r"got 4 positions starting at offset 8",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding2D(8, 2, 3)(torch.randn(1, 5, 8)),
+            ValueError,
+            r"x must have height \* width = 2 \* 3 = 6 tokens in dimension -2, got shape \(1, 5, 8\)",
+        ),
+    ],
+)
 def test_bad_input_errors(make, error, match):
     with pytest.raises(error, match=match):
         make()
@@ -209,6 +254,7 @@ def test_encodings_carry_no_gradient_into_the_table_and_keep_gradients_of_x():
 
 
 # --- figures of the chapter (attnbook.viz, attnbook.widgets) ----------------------------------------
+
 
 def test_waveform_figure_has_every_combination_precomputed():
     from attnbook import viz
@@ -231,12 +277,13 @@ def test_waveform_figure_has_every_combination_precomputed():
 
 def test_waveform_mpl_signed_heatmap_and_live_explorer():
     import matplotlib.pyplot as plt
-
     from attnbook import viz, widgets
 
     fig = viz.positional_waveform_mpl(32, 3, n_positions=20)
     line = fig.axes[0].lines[0]
-    assert max(abs(a - b) for a, b in zip(line.get_ydata(), sinusoidal(20, 32, dtype=torch.float64)[:, 3].numpy())) < 1e-4
+    assert (
+        max(abs(a - b) for a, b in zip(line.get_ydata(), sinusoidal(20, 32, dtype=torch.float64)[:, 3].numpy())) < 1e-4
+    )
     plt.close(fig)
     heat = viz.signed_heatmap(torch.tensor([[1.0, -3.0], [2.0, 0.0]]))
     assert heat.data[0].zmin == -3.0 and heat.data[0].zmax == 3.0

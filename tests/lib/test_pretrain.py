@@ -1,20 +1,21 @@
 """Masked language modelling (BERT's 80/10/10 rule, exactly and statistically), the MLM model and fine-tuning."""
+
 import math
 import subprocess
 import sys
 
 import pytest
 import torch
-from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
-
 from attnbook import bpe, models, pretrain
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
 
 PAD, MASK = 0, 1
 
 
 def small_config(V=50, **changes):
-    return models.TransformerConfig(vocab_size=V, block_size=16, n_layers=2, n_heads=2, d_model=16,
-                                    norm_position="pre", **changes)
+    return models.TransformerConfig(
+        vocab_size=V, block_size=16, n_layers=2, n_heads=2, d_model=16, norm_position="pre", **changes
+    )
 
 
 def test_mlm_mask_equals_huggingface_collator_on_seeded_draws():
@@ -28,8 +29,13 @@ def test_mlm_mask_equals_huggingface_collator_on_seeded_draws():
     for seed in range(5):
         collator.generator = torch.Generator().manual_seed(seed)
         theirs = collator.torch_mask_tokens(ids.clone(), special_tokens_mask=ids == PAD)
-        ours = pretrain.mlm_mask(ids, mask_id=MASK, vocab_size=tok.vocab_size, special_ids=[PAD],
-                                 generator=torch.Generator().manual_seed(seed))
+        ours = pretrain.mlm_mask(
+            ids,
+            mask_id=MASK,
+            vocab_size=tok.vocab_size,
+            special_ids=[PAD],
+            generator=torch.Generator().manual_seed(seed),
+        )
         assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
 
 
@@ -37,8 +43,9 @@ def test_mlm_mask_follows_the_80_10_10_rule_statistically():
     V, n = 1000, 400_000
     ids = torch.randint(2, V, (400, n // 400), generator=torch.Generator().manual_seed(1))
     ids[:, -10:] = PAD
-    inputs, labels = pretrain.mlm_mask(ids, mask_id=MASK, vocab_size=V, special_ids=[PAD],
-                                       generator=torch.Generator().manual_seed(2))
+    inputs, labels = pretrain.mlm_mask(
+        ids, mask_id=MASK, vocab_size=V, special_ids=[PAD], generator=torch.Generator().manual_seed(2)
+    )
     chosen = labels != pretrain.IGNORE_INDEX
     real = ids != PAD
     assert not (chosen & ~real).any(), "padding is never chosen"
@@ -75,7 +82,9 @@ def test_masked_lm_loss_is_the_loss_over_chosen_positions_and_sees_both_sides():
     torch.manual_seed(0)
     model = pretrain.MaskedLM(small_config()).eval()
     ids = torch.randint(2, 50, (3, 10))
-    inputs, labels = pretrain.mlm_mask(ids, mask_id=MASK, vocab_size=50, p=0.3, generator=torch.Generator().manual_seed(0))
+    inputs, labels = pretrain.mlm_mask(
+        ids, mask_id=MASK, vocab_size=50, p=0.3, generator=torch.Generator().manual_seed(0)
+    )
     lengths = torch.tensor([10, 7, 4])
     labels[1, 7:] = pretrain.IGNORE_INDEX
     labels[2, 4:] = pretrain.IGNORE_INDEX
@@ -100,7 +109,7 @@ def test_classifier_ignores_padding_and_head_only_training_leaves_the_encoder():
     for p in encoder.parameters():
         p.requires_grad_(False)
     x = torch.randint(2, 50, (64, 6))
-    y = (x[:, 0] % 2)  # learnable from the first token
+    y = x[:, 0] % 2  # learnable from the first token
     pretrain.fit_classifier(clf, x, torch.full((64,), 6), y, steps=5, batch_size=16)
     assert all(torch.equal(before[k], v) for k, v in encoder.state_dict().items())
 
@@ -119,8 +128,7 @@ def test_fine_tuning_learns_and_pretraining_lowers_the_mlm_loss():
 
 
 def test_shuffled_word_task_keeps_the_letters_and_only_changes_their_order():
-    words = pretrain.words_of("To be, or not to be: that is the question. Whether tis nobler in the mind",
-                              min_len=3)
+    words = pretrain.words_of("To be, or not to be: that is the question. Whether tis nobler in the mind", min_len=3)
     assert words[:4] == ["not", "that", "the", "question"]
     texts, labels = pretrain.shuffled_word_task(words * 3, seed=1)
     assert len(texts) == len(set(words))  # each distinct word once
@@ -137,17 +145,21 @@ def test_pad_and_errors():
         pretrain.pad([[3], []], PAD)
     clf = pretrain.SequenceClassifier(models.Encoder(small_config()), 2)
     with pytest.raises(ValueError, match="one row per example"):
-        pretrain.accuracy(clf, torch.zeros(3, 4, dtype=torch.long), torch.full((2,), 4), torch.zeros(3, dtype=torch.long))
+        pretrain.accuracy(
+            clf, torch.zeros(3, 4, dtype=torch.long), torch.full((2,), 4), torch.zeros(3, dtype=torch.long)
+        )
     with pytest.raises(TypeError, match="encoder must be an attnbook.models.Encoder"):
         pretrain.SequenceClassifier(torch.nn.Linear(2, 2), 2)
 
 
 def test_the_library_imports_without_hugging_face():
-    code = ("import sys; sys.modules['transformers'] = None; sys.modules['tokenizers'] = None\n"
-            "from attnbook import bpe, lora, models, pretrain\n"
-            "tok = bpe.BPETokenizer.train('to be or not to be', 260)\n"
-            "assert tok.decode(tok.encode('to be')) == 'to be'\n"
-            "try:\n    tok.to_hf()\nexcept ImportError:\n    print('ok')\n")
+    code = (
+        "import sys; sys.modules['transformers'] = None; sys.modules['tokenizers'] = None\n"
+        "from attnbook import bpe, lora, models, pretrain\n"
+        "tok = bpe.BPETokenizer.train('to be or not to be', 260)\n"
+        "assert tok.decode(tok.encode('to be')) == 'to be'\n"
+        "try:\n    tok.to_hf()\nexcept ImportError:\n    print('ok')\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
 

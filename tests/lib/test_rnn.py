@@ -1,16 +1,16 @@
 """attnbook.rnn: the cells equal PyTorch's on copied weights, the Jacobian measurements equal autograd and
 the theory (linear RNN: rho^k; LSTM: the cell-to-cell block is diag(f)), and bad input gets clear errors."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from attnbook import rnn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
-
-from attnbook import rnn
 
 DT = torch.float64
 
@@ -25,9 +25,15 @@ def _randn(*shape, seed=0):
 
 # --- equality with PyTorch on copied weights --------------------------------------------------------
 
+
 @settings(max_examples=15, deadline=None)
-@given(B=st.integers(1, 4), D=st.integers(1, 5), H=st.integers(1, 6), seed=st.integers(0, 1000),
-       nonlinearity=st.sampled_from(["tanh", "relu"]))
+@given(
+    B=st.integers(1, 4),
+    D=st.integers(1, 5),
+    H=st.integers(1, 6),
+    seed=st.integers(0, 1000),
+    nonlinearity=st.sampled_from(["tanh", "relu"]),
+)
 def test_rnn_cell_equals_torch(B, D, H, seed, nonlinearity):
     torch.manual_seed(seed)
     ref = nn.RNNCell(D, H, nonlinearity=nonlinearity).double()
@@ -114,21 +120,22 @@ def test_linear_rnn_is_affine():
 
 # --- forget-gate bias and the regressor -------------------------------------------------------------
 
+
 def test_set_forget_bias_on_every_kind_of_lstm():
     torch.manual_seed(0)
     H = 4
     ours = rnn.LSTMCell(2, H, forget_bias=1.5)
-    assert torch.all(ours.b[H:2 * H] == 1.5)
+    assert torch.all(ours.b[H : 2 * H] == 1.5)
     for module, layers in ((nn.LSTMCell(2, H), [""]), (nn.LSTM(2, H, num_layers=2), ["_l0", "_l1"])):
         before = {name: p.detach().clone() for name, p in module.named_parameters()}
         rnn.set_forget_bias(module, 2.0)
         for layer in layers:
             b = getattr(module, f"bias_ih{layer}") + getattr(module, f"bias_hh{layer}")
-            torch.testing.assert_close(b[H:2 * H], torch.full((H,), 2.0))
+            torch.testing.assert_close(b[H : 2 * H], torch.full((H,), 2.0))
         for name, p in module.named_parameters():  # nothing but the forget gate's biases changed
             keep = torch.ones_like(p, dtype=torch.bool)
             if name.startswith("bias"):
-                keep[H:2 * H] = False
+                keep[H : 2 * H] = False
             assert torch.equal(p[keep], before[name][keep])
     cell = rnn.LSTMCell.from_torch(rnn.set_forget_bias(nn.LSTMCell(2, H), 3.0))
     _, gates = cell(torch.zeros(1, 2), return_gates=True)
@@ -167,6 +174,7 @@ def test_sequence_regressor_errors():
 
 # --- gradient flow ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cls", [rnn.RNNCell, rnn.LSTMCell, rnn.GRUCell])
 def test_state_jacobians_equal_autograd(cls):
     torch.manual_seed(2)
@@ -177,8 +185,10 @@ def test_state_jacobians_equal_autograd(cls):
     assert J.shape == (6, S, S)
     s = torch.zeros(S, dtype=DT)
     for t in range(6):
+
         def step(s_prev, t=t):
             return rnn.flatten_state(cell(x[t][None], rnn.unflatten_state(cell, s_prev[None])))[0]
+
         torch.testing.assert_close(J[t], torch.autograd.functional.jacobian(step, s))
         s = step(s).detach()
 
@@ -257,6 +267,7 @@ def test_gradient_norms_parts():
 
 # --- bad input ---------------------------------------------------------------------------------------
 
+
 def test_wrong_input_width_names_the_shapes():
     cell = rnn.RNNCell(3, 4)
     with pytest.raises(ValueError, match=r"x must have shape \(B, input_size\) = \(B, 3\), got \(2, 5\)"):
@@ -281,7 +292,9 @@ def test_lstm_state_errors():
     x = torch.zeros(2, 3)
     with pytest.raises(TypeError, match=r"state must be a pair \(h, c\)"):
         cell(x, torch.zeros(2, 4))
-    with pytest.raises(ValueError, match=r"state\[1\] \(c\) must have shape \(B, hidden_size\) = \(2, 4\).*got \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"state\[1\] \(c\) must have shape \(B, hidden_size\) = \(2, 4\).*got \(2, 3\)"
+    ):
         cell(x, (torch.zeros(2, 4), torch.zeros(2, 3)))
 
 

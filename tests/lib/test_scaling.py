@@ -1,22 +1,24 @@
 """Tests of attnbook.scaling: the saturating power law, its fit (against SciPy), the bootstrap, isoFLOP optima."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
+from attnbook import measure, scaling
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import curve_fit
-
-from attnbook import measure, scaling
 
 N = np.geomspace(3e3, 8e5, 8)  # the sizes of the book's grid, roughly
 
 
 def test_the_law_at_the_scale_x_c_is_the_floor_plus_one():
     assert scaling.saturating_power_law(2e3, 1.5, 2e3, 0.3) == pytest.approx(2.5)
-    assert scaling.saturating_power_law(np.array([1.0, 1e12]), 1.5, 1.0, 0.5).tolist() == pytest.approx([2.5, 1.5 + 1e-6])
+    assert scaling.saturating_power_law(np.array([1.0, 1e12]), 1.5, 1.0, 0.5).tolist() == pytest.approx(
+        [2.5, 1.5 + 1e-6]
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -51,15 +53,15 @@ def test_fit_agrees_with_scipy_curve_fit():
 
 
 def test_fit_without_a_floor_is_the_straight_line_of_a_log_log_plot():
-    loss = 5.0 * N ** -0.2
+    loss = 5.0 * N**-0.2
     fit = scaling.fit_scaling_law(N, loss, floor=False)
     slope, coefficient = measure.fit_power_law(N, loss)
     assert fit.L_inf == 0 and fit.alpha == pytest.approx(-slope, rel=1e-5)
-    assert fit.x_c ** fit.alpha == pytest.approx(coefficient, rel=1e-4)
+    assert fit.x_c**fit.alpha == pytest.approx(coefficient, rel=1e-4)
 
 
 def test_a_negative_floor_is_not_allowed():
-    loss = 2.0 * N ** -0.1 - 0.2  # the best unconstrained floor would be negative
+    loss = 2.0 * N**-0.1 - 0.2  # the best unconstrained floor would be negative
     assert scaling.fit_scaling_law(N, loss).L_inf == 0.0
 
 
@@ -73,7 +75,7 @@ def test_fit_bad_input():
     with pytest.raises(TypeError, match="x must be a sequence of numbers, got str"):
         scaling.fit_scaling_law("abc", [1.0])
     with pytest.raises(ValueError, match="alpha_range must be"):
-        scaling.fit_scaling_law(N, N ** -0.1, alpha_range=(1.0, 0.5))
+        scaling.fit_scaling_law(N, N**-0.1, alpha_range=(1.0, 0.5))
 
 
 def test_bootstrap_over_seeds_covers_the_true_exponent_and_shrinks_with_less_noise():
@@ -103,9 +105,9 @@ def test_bootstrap_bad_input():
     with pytest.raises(ValueError, match="loss must have one row per x: x has 8 values, loss has shape"):
         scaling.bootstrap_scaling_law(N, np.ones((3, 2)))
     with pytest.raises(ValueError, match="n_boot must be an integer >= 10"):
-        scaling.bootstrap_scaling_law(N, N ** -0.1, n_boot=3)
+        scaling.bootstrap_scaling_law(N, N**-0.1, n_boot=3)
     with pytest.raises(ValueError, match="level must be in"):
-        scaling.bootstrap_scaling_law(N, N ** -0.1 + 1, n_boot=10).interval(95)
+        scaling.bootstrap_scaling_law(N, N**-0.1 + 1, n_boot=10).interval(95)
 
 
 def test_isoflop_optimum_finds_the_vertex_of_a_parabola_in_log_n():
@@ -122,9 +124,9 @@ def test_isoflop_optimum_on_the_chinchilla_law_gives_the_exponent_beta_over_alph
     optima = []
     for C in budgets:
         sizes = np.geomspace(1e7, 1e11, 121)
-        loss = E + A / sizes ** a + B / (C / (6 * sizes)) ** b
+        loss = E + A / sizes**a + B / (C / (6 * sizes)) ** b
         best = int(np.argmin(loss))
-        optima.append(scaling.isoflop_optimum(sizes[best - 3:best + 4], loss[best - 3:best + 4])[0])
+        optima.append(scaling.isoflop_optimum(sizes[best - 3 : best + 4], loss[best - 3 : best + 4])[0])
     slope, _ = measure.fit_power_law(budgets, optima)
     assert slope == pytest.approx(b / (a + b), abs=0.01)
 
@@ -153,7 +155,7 @@ def test_compute_optimal_frontier_of_a_grid_on_the_chinchilla_law():
     sizes = np.geomspace(1e7, 1e10, 13)
     tokens = np.geomspace(1e8, 1e12, 17)
     n, d = np.meshgrid(sizes, tokens, indexing="ij")
-    loss = E + A / n ** a + B / d ** b
+    loss = E + A / n**a + B / d**b
     frontier = scaling.compute_optimal_frontier(n.ravel(), d.ravel(), loss.ravel(), np.geomspace(1e18, 1e21, 7))
     assert len(frontier) >= 5
     for point in frontier:
@@ -165,7 +167,7 @@ def test_compute_optimal_frontier_of_a_grid_on_the_chinchilla_law():
 def test_compute_optimal_frontier_skips_budgets_without_a_bracketed_optimum():
     sizes = np.array([1e3, 1e4, 1e5])
     n, d = np.meshgrid(sizes, [1e5, 1e6, 1e7], indexing="ij")
-    loss = 1.0 + 100 / n ** 0.5 + 0 * d  # data does not matter: the largest model always wins
+    loss = 1.0 + 100 / n**0.5 + 0 * d  # data does not matter: the largest model always wins
     assert scaling.compute_optimal_frontier(n.ravel(), d.ravel(), loss.ravel(), [6e10, 6e11]) == []
     with pytest.raises(ValueError, match="one entry per run"):
         scaling.compute_optimal_frontier([1.0, 2.0], [1.0], [1.0], [1.0])

@@ -1,4 +1,5 @@
 """attnbook.seq2seq: encoder, decoders with and without Bahdanau attention, greedy and beam decoding."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,12 +7,11 @@ import math
 
 import pytest
 import torch
+from attnbook import data, seq2seq, train
+from attnbook.attention import AdditiveAttention, AdditiveScore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
-
-from attnbook import data, seq2seq, train
-from attnbook.attention import AdditiveAttention, AdditiveScore
 
 DEVICE = train.pick_device()
 
@@ -38,6 +38,7 @@ def random_src(B, T, V=9, seed=0, low=4):
 
 # --- additive attention with precomputed keys (the part of attention.py the decoder relies on) -------------
 
+
 def test_additive_score_with_projected_keys_equals_plain_call():
     score = AdditiveScore(d_query=3, d_key=5, d_attn=4).double()
     q, k = torch.randn(2, 6, 3, dtype=torch.float64), torch.randn(2, 7, 5, dtype=torch.float64)
@@ -53,6 +54,7 @@ def test_additive_score_with_projected_keys_equals_plain_call():
 
 
 # --- encoder -------------------------------------------------------------------------------------------
+
 
 def test_encoder_annotations_are_forward_and_backward_states():
     model = make_model()
@@ -82,9 +84,9 @@ def test_padded_batch_equals_each_sentence_alone():
     tgt_in = random_src(4, 4, V=8, seed=4)
     logits, weights = model(src, torch.tensor(lengths), tgt_in, return_weights=True)  # (4, 4, V), (4, 4, 7)
     for b, n in enumerate(lengths):
-        alone, w_alone = model(src[b:b + 1, :n], torch.tensor([n]), tgt_in[b:b + 1], return_weights=True)
-        torch.testing.assert_close(logits[b:b + 1], alone)
-        torch.testing.assert_close(weights[b:b + 1, :, :n], w_alone)
+        alone, w_alone = model(src[b : b + 1, :n], torch.tensor([n]), tgt_in[b : b + 1], return_weights=True)
+        torch.testing.assert_close(logits[b : b + 1], alone)
+        torch.testing.assert_close(weights[b : b + 1, :, :n], w_alone)
         assert torch.all(weights[b, :, n:] == 0)  # padding gets exactly zero weight
 
 
@@ -102,6 +104,7 @@ def test_empty_source_gives_zero_annotations_and_no_nan():
 
 # --- the decoder step ----------------------------------------------------------------------------------
 
+
 def test_attention_step_is_bahdanaus_formula():
     model = make_model()
     dec = model.decoder
@@ -113,8 +116,9 @@ def test_attention_step_is_bahdanaus_formula():
     W_1, W_2, v = dec.attention.score.W_1.weight, dec.attention.score.W_2.weight, dec.attention.score.v.weight[0]
     H = memory.annotations  # (3, 6, 10)
     e = torch.tanh((s_prev @ W_1.T).unsqueeze(1) + H @ W_2.T) @ v  # (3, 6): e_{t,i} = v^T tanh(W_1 s + W_2 h_i)
-    e = e.masked_fill(torch.arange(6, device=DEVICE) >= torch.tensor([6, 4, 2], device=DEVICE).unsqueeze(1),
-                      float("-inf"))
+    e = e.masked_fill(
+        torch.arange(6, device=DEVICE) >= torch.tensor([6, 4, 2], device=DEVICE).unsqueeze(1), float("-inf")
+    )
     a_ref = torch.softmax(e, dim=-1)  # (3, 6)
     c = (a_ref.unsqueeze(-1) * H).sum(1)  # (3, 10): c_t = sum_i a_{t,i} h_i
     emb = dec.embed(y_prev)
@@ -185,6 +189,7 @@ def test_make_batch_shifts_targets_for_teacher_forcing():
 
 # --- decoding ------------------------------------------------------------------------------------------
 
+
 def brute_force_best(model, src, max_len):
     """The most probable finished output with at most max_len steps, by enumerating every sequence."""
     V = model.decoder.vocab_size
@@ -218,7 +223,7 @@ def test_exhaustive_beam_finds_the_most_probable_output(seed):
         model.decoder.W_out.bias[model.eos_id] -= 1.0  # make outputs longer than one step plausible
     src = random_src(1, 4, seed=seed)[0]
     best_score, best_tokens = brute_force_best(model, src, max_len)
-    beam = seq2seq.beam_search(model, src, beam_width=V ** max_len, max_len=max_len)
+    beam = seq2seq.beam_search(model, src, beam_width=V**max_len, max_len=max_len)
     assert beam.finished and beam.tokens == best_tokens
     assert beam.score == pytest.approx(best_score, abs=1e-9)
     greedy = seq2seq.greedy_decode(model, src, max_len=max_len)[0]
@@ -231,8 +236,10 @@ def test_exhaustive_beam_finds_the_most_probable_output(seed):
 def test_decoders_report_the_models_score_of_their_output(seed, width):
     model = make_model(seed=seed % 1000)
     src = random_src(1, 5, seed=seed)[0]
-    for result in (seq2seq.greedy_decode(model, src, max_len=6)[0],
-                   seq2seq.beam_search(model, src, beam_width=width, max_len=6)):
+    for result in (
+        seq2seq.greedy_decode(model, src, max_len=6)[0],
+        seq2seq.beam_search(model, src, beam_width=width, max_len=6),
+    ):
         recomputed = seq2seq.score_sequence(model, src, result.tokens, finished=result.finished)
         assert result.score == pytest.approx(recomputed, abs=1e-9)
         assert result.weights.shape == (len(result.tokens) + result.finished, 5)
@@ -277,8 +284,10 @@ def test_greedy_batch_equals_one_by_one_and_stops_at_max_len():
 def test_decoding_an_empty_input_gives_an_empty_output():
     model = make_model()
     empty = torch.zeros(0, dtype=torch.long, device=DEVICE)
-    for result in (seq2seq.greedy_decode(model, empty, max_len=5)[0],
-                   seq2seq.beam_search(model, empty, beam_width=3, max_len=5)):
+    for result in (
+        seq2seq.greedy_decode(model, empty, max_len=5)[0],
+        seq2seq.beam_search(model, empty, beam_width=3, max_len=5),
+    ):
         assert result.tokens == [] and result.score == 0.0 and not result.finished
         assert result.weights.shape == (0, 0)
     batch = seq2seq.greedy_decode(model, random_src(2, 3), torch.tensor([3, 0]), max_len=4)
@@ -331,7 +340,6 @@ def test_bad_input_errors():
 
 def test_translation_explorer_draws_outputs_with_an_end_row_and_empty_input():
     import ipywidgets
-
     from attnbook import widgets
 
     def fake_translate(text):
@@ -344,7 +352,9 @@ def test_translation_explorer_draws_outputs_with_an_end_row_and_empty_input():
     box = widgets.translation_explorer(fake_translate, "the cat sat")
     text = next(c for c in box.children if isinstance(c, ipywidgets.Text))
     picture = next(c for c in box.children if isinstance(c, ipywidgets.HTML) and c.value.startswith("<img"))
-    assert picture.value.startswith('<img src="data:image/png;base64,') and 'alt="Heatmap: THE CAT SAT.' in picture.value
+    assert (
+        picture.value.startswith('<img src="data:image/png;base64,') and 'alt="Heatmap: THE CAT SAT.' in picture.value
+    )
     first = picture.value
     text.value = ""  # an empty input draws a placeholder, not an error
     assert picture.value.startswith('<img src="data:image/png;base64,') and picture.value != first

@@ -1,10 +1,10 @@
 """attnbook.train: seeding, device choice, the progress bar and the training loop."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
-
 from attnbook import train
 
 
@@ -20,8 +20,7 @@ def test_seed_everything_makes_runs_repeat():
 
 def test_pick_device(monkeypatch):
     monkeypatch.delenv("ATTNBOOK_DEVICE", raising=False)
-    expected = "cuda" if torch.cuda.is_available() else (
-        "mps" if torch.backends.mps.is_available() else "cpu")
+    expected = "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
     assert train.pick_device().type == expected
     assert train.pick_device("cpu") == torch.device("cpu")
     monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
@@ -49,9 +48,16 @@ def test_fit_learns_a_linear_map_and_records_history():
     train.seed_everything(0)
     X, y = _regression()
     model = torch.nn.Linear(3, 1)
-    batches = [(X[i:i + 32], y[i:i + 32]) for i in range(0, 256, 32)]  # an iterable, restarted each epoch
-    history = train.fit(model, batches, lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(), steps=300, lr=0.05,
-                        evaluate=lambda m: {"mse": ((m(X).squeeze(-1) - y) ** 2).mean().item()}, eval_every=100)
+    batches = [(X[i : i + 32], y[i : i + 32]) for i in range(0, 256, 32)]  # an iterable, restarted each epoch
+    history = train.fit(
+        model,
+        batches,
+        lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(),
+        steps=300,
+        lr=0.05,
+        evaluate=lambda m: {"mse": ((m(X).squeeze(-1) - y) ** 2).mean().item()},
+        eval_every=100,
+    )
     assert history.step == list(range(300)) and len(history.loss) == 300
     assert history.eval_step == [100, 200, 300]
     assert history.evals["mse"][-1] < 1e-3 < history.loss[0]
@@ -62,14 +68,25 @@ def test_fit_learns_a_linear_map_and_records_history():
 def test_fit_schedule_and_clipping_and_divergence():
     X, y = _regression()
     model = torch.nn.Linear(3, 1)
-    history = train.fit(model, lambda step: (X, y), lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(),
-                        steps=10, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                        schedule=lambda step: 1.0 / (step + 1), grad_clip=1.0)
+    history = train.fit(
+        model,
+        lambda step: (X, y),
+        lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(),
+        steps=10,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        schedule=lambda step: 1.0 / (step + 1),
+        grad_clip=1.0,
+    )
     assert history.lr == pytest.approx([0.1 / (s + 1) for s in range(10)])
     # an enormous learning rate without clipping diverges, and fit stops at the first non-finite loss
     model = torch.nn.Linear(3, 1)
-    history = train.fit(model, lambda step: (X * 1e3, y), lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(),
-                        steps=500, optimizer=torch.optim.SGD(model.parameters(), lr=10.0))
+    history = train.fit(
+        model,
+        lambda step: (X * 1e3, y),
+        lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(),
+        steps=500,
+        optimizer=torch.optim.SGD(model.parameters(), lr=10.0),
+    )
     assert history.diverged and not math.isfinite(history.loss[-1]) and len(history.loss) < 500
 
 

@@ -1,4 +1,5 @@
 """attnbook.train_lm: the command line, exact resume, refused checkpoints, and DDP with 2 CPU processes."""
+
 import json
 import os
 import subprocess
@@ -6,12 +7,25 @@ import sys
 
 import pytest
 import torch
-
 from attnbook import data, train_lm
 from attnbook.train_lm import CheckpointError, TrainConfig, Trainer
 
-TINY = dict(n_layers=1, n_heads=2, d_model=16, block_size=16, batch_size=4, steps=6, warmup_steps=1, eval_every=3,
-            checkpoint_every=3, log_every=1, eval_batch_size=512, sample_chars=20, lr=3e-3, dropout=0.1)
+TINY = dict(
+    n_layers=1,
+    n_heads=2,
+    d_model=16,
+    block_size=16,
+    batch_size=4,
+    steps=6,
+    warmup_steps=1,
+    eval_every=3,
+    checkpoint_every=3,
+    log_every=1,
+    eval_batch_size=512,
+    sample_chars=20,
+    lr=3e-3,
+    dropout=0.1,
+)
 TINY_FLAGS = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
 
 
@@ -65,13 +79,32 @@ def test_ddp_is_one_process_with_the_global_batch(tmp_path):
     """2 processes with batch b each give the same model as 1 process with batch 2b (gloo on CPU)."""
     flags = [*TINY_FLAGS, "--dropout=0.0", "--steps=3", "--device=cpu", "--threads=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "attnbook.train_lm", *flags, f"--out={tmp_path / 'ddp'}"],
-                         capture_output=True, text=True, timeout=300, env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "attnbook.train_lm",
+            *flags,
+            f"--out={tmp_path / 'ddp'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "finished at step 3/3" in run.stdout
-    single = subprocess.run([sys.executable, "-m", "attnbook.train_lm", *flags, "--batch-size=8",
-                             f"--out={tmp_path / 'one'}"], capture_output=True, text=True, timeout=300, env=env)
+    single = subprocess.run(
+        [sys.executable, "-m", "attnbook.train_lm", *flags, "--batch-size=8", f"--out={tmp_path / 'one'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert single.returncode == 0, single.stderr[-3000:]
     ddp = train_lm.load_checkpoint(tmp_path / "ddp" / "ckpt.pt")
     one = train_lm.load_checkpoint(tmp_path / "one" / "ckpt.pt")
@@ -99,11 +132,20 @@ def test_command_line_flags_and_config_file(tmp_path, capsys):
 
 def test_the_nanogpt_recipe_is_the_published_one():
     c = train_lm.RECIPES["nanogpt"]
-    assert (c.n_layers, c.n_heads, c.d_model, c.block_size, c.batch_size, c.dropout, c.lr, c.steps) == \
-        (4, 4, 128, 64, 12, 0.0, 1e-3, 2000)
+    assert (c.n_layers, c.n_heads, c.d_model, c.block_size, c.batch_size, c.dropout, c.lr, c.steps) == (
+        4,
+        4,
+        128,
+        64,
+        12,
+        0.0,
+        1e-3,
+        2000,
+    )
 
 
 # --- refused checkpoints --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
@@ -163,9 +205,9 @@ def test_config_errors():
 
 
 def test_the_scaling_recipe_sizes_the_schedule_to_the_budget():
-    config = train_lm.scaling_recipe(2, 48, 4, 2 ** 17, seed=3)
+    config = train_lm.scaling_recipe(2, 48, 4, 2**17, seed=3)
     assert (config.n_layers, config.d_model, config.n_heads, config.seed) == (2, 48, 4, 3)
-    assert config.steps * config.batch_size * config.block_size == 2 ** 17 and config.steps == 128
+    assert config.steps * config.batch_size * config.block_size == 2**17 and config.steps == 128
     assert config.warmup_steps == 6 and config.min_lr_factor == 0.1
     assert config.lr == pytest.approx(0.03 * (16 / 48) ** 0.75)
     assert train_lm.scaling_lr(16) == pytest.approx(0.03) and train_lm.scaling_lr(96) < train_lm.scaling_lr(32)

@@ -1,9 +1,9 @@
 """attnbook.train, the schedules: the 2017 paper's warmup-then-inverse-square-root, and warmup-then-cosine."""
+
 import math
 
 import pytest
 import torch
-
 from attnbook import train
 
 
@@ -11,7 +11,7 @@ def test_inverse_sqrt_schedule_is_the_papers_formula():
     lrate = train.inverse_sqrt_schedule(512, 4000)
     for step in (0, 1, 100, 3998, 3999, 4000, 10_000, 100_000):
         n = step + 1
-        assert math.isclose(lrate(step), 512 ** -0.5 * min(n ** -0.5, n * 4000 ** -1.5))
+        assert math.isclose(lrate(step), 512**-0.5 * min(n**-0.5, n * 4000**-1.5))
     peak = max(lrate(s) for s in range(8000))
     assert math.isclose(peak, (512 * 4000) ** -0.5) and math.isclose(lrate(3999), peak)  # n = warmup
     assert lrate(0) > 0  # step 0 is n = 1: no division by zero
@@ -33,6 +33,12 @@ def test_cosine_schedule():
 
 def test_schedules_drive_fit():
     model = torch.nn.Linear(2, 1)
-    history = train.fit(model, lambda s: torch.randn(4, 2), lambda m, x: m(x).pow(2).mean(), steps=5, lr=1.0,
-                        schedule=train.inverse_sqrt_schedule(16, 2))
+    history = train.fit(
+        model,
+        lambda s: torch.randn(4, 2),
+        lambda m, x: m(x).pow(2).mean(),
+        steps=5,
+        lr=1.0,
+        schedule=train.inverse_sqrt_schedule(16, 2),
+    )
     assert history.lr == pytest.approx([train.inverse_sqrt_schedule(16, 2)(s) for s in range(5)])

@@ -1,15 +1,14 @@
 """The vision transformer: patches, the two patch embeddings, the classifier, attention maps, bad input."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from attnbook import data, measure, positional, vit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
-
-from attnbook import data, measure, positional, vit
-from attnbook.blocks import EncoderBlock
 
 SMALL = dict(image_size=8, patch_size=2, in_channels=1, n_classes=10, d_model=32, n_layers=2, n_heads=4, d_ff=64)
 
@@ -20,6 +19,7 @@ def tiny(**changes) -> vit.ViT:
 
 
 # --- patches ------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=25, deadline=None)
 @given(b=st.integers(1, 3), c=st.integers(1, 3), gh=st.integers(1, 4), gw=st.integers(1, 4), p=st.integers(1, 4))
@@ -48,6 +48,7 @@ def test_imagenet_shapes():
 
 
 # --- the two patch embeddings -------------------------------------------------------------------------
+
 
 @settings(max_examples=20, deadline=None)
 @given(c=st.integers(1, 3), p=st.integers(1, 4), g=st.integers(1, 3), d=st.integers(1, 16), bias=st.booleans())
@@ -81,6 +82,7 @@ def test_conv_patch_embedding_equals_plain_conv2d():
 
 # --- the classifier -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("pool", vit.POOLS)
 @pytest.mark.parametrize("positions", vit.POSITIONS)
 def test_vit_shapes_and_weights(pool, positions):
@@ -101,8 +103,9 @@ def test_vit_equals_a_reference_built_from_torch_layers():
     model = tiny(patch_embedding="linear").double()
     layers = []
     for block in model.blocks:
-        ref = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, activation="gelu", batch_first=True,
-                                         norm_first=True, layer_norm_eps=1e-6).double()
+        ref = nn.TransformerEncoderLayer(
+            32, 4, 64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True, layer_norm_eps=1e-6
+        ).double()
         with torch.no_grad():
             a = block.self_attn
             ref.self_attn.in_proj_weight.copy_(torch.cat([a.W_q.weight, a.W_k.weight, a.W_v.weight]))
@@ -181,13 +184,20 @@ def test_fit_classifier_learns_digits_quickly():
     idx = data.balanced_subset(digits.y_train, 400)
     torch.manual_seed(0)
     model = vit.SmallCNN(1, 10, widths=(16, 32, 32))
-    history = vit.fit_classifier(model, digits.x_train[idx], digits.y_train[idx], steps=150, batch_size=64,
-                                 augment={"rotate": 5.0, "shift": 0.5, "scale": 0.05})
+    history = vit.fit_classifier(
+        model,
+        digits.x_train[idx],
+        digits.y_train[idx],
+        steps=150,
+        batch_size=64,
+        augment={"rotate": 5.0, "shift": 0.5, "scale": 0.05},
+    )
     assert history.loss[-1] < history.loss[0]
     assert vit.accuracy(model, digits.x_test, digits.y_test) > 0.8
 
 
 # --- attention maps -------------------------------------------------------------------------------------
+
 
 def test_class_attention_maps_and_rollout():
     model = tiny()
@@ -202,8 +212,9 @@ def test_class_attention_maps_and_rollout():
     torch.testing.assert_close(vit.attention_rollout(weights[:1], (4, 4), residual=0.0), maps[0])
     # two layers without residual: the product of the head-averaged matrices
     a1, a2 = (w.mean(1) for w in weights)
-    torch.testing.assert_close(vit.attention_rollout(weights, (4, 4), residual=0.0),
-                               (a2 @ a1)[:, 0, 1:].reshape(2, 4, 4))
+    torch.testing.assert_close(
+        vit.attention_rollout(weights, (4, 4), residual=0.0), (a2 @ a1)[:, 0, 1:].reshape(2, 4, 4)
+    )
 
 
 def test_rectangular_grid_maps_keep_rows_and_columns():
@@ -214,6 +225,7 @@ def test_rectangular_grid_maps_keep_rows_and_columns():
 
 
 # --- the digits -------------------------------------------------------------------------------------------
+
 
 def test_load_digits_and_balanced_subsets():
     digits = data.load_digits()
@@ -243,8 +255,12 @@ def test_random_affine():
 
 # --- bad input --------------------------------------------------------------------------------------------
 
+
 def test_image_sizes_not_divisible_by_the_patch_size():
-    with pytest.raises(ValueError, match=r"image height of images is 225, not divisible by patch_size=16 .*crop or resize to 224 or pad to 240"):
+    with pytest.raises(
+        ValueError,
+        match=r"image height of images is 225, not divisible by patch_size=16 .*crop or resize to 224 or pad to 240",
+    ):
         vit.patchify(torch.zeros(1, 3, 225, 224), 16)
     with pytest.raises(ValueError, match="image width of image_size is 10, not divisible by patch_size=4"):
         vit.grid_size((8, 10), 4)

@@ -1,11 +1,11 @@
 """attnbook.viz: figures that carry their slider states, and glue for numbers in the prose."""
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from attnbook import glue, viz
 from matplotlib.figure import Figure
-
-from attnbook import viz
 
 
 def test_attention_heatmap_rows_are_queries():
@@ -66,7 +66,7 @@ def test_glue_emits_a_hidden_record(capsys):
     shell = InteractiveShell.instance()
     published = []
     shell.display_pub.publish = lambda data, metadata=None, **kw: published.append((data, metadata))
-    viz.glue("answer", torch.tensor(0.25))
+    glue.glue("answer", torch.tensor(0.25))
     data, metadata = published[-1]
     assert data == {"application/papermill.record/text/plain": "0.25"}
     assert metadata["scrapbook"] == {"name": "answer", "mime_prefix": "application/papermill.record/"}

@@ -1,8 +1,8 @@
 """attnbook.viz figures of the chapter beyond text: graphs and spectrograms."""
+
 import numpy as np
 import pytest
 import torch
-
 from attnbook import graphs, viz
 
 

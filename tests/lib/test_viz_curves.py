@@ -1,4 +1,5 @@
 """attnbook.viz.curves_slider and curves_mpl: every slider position is in the figure, shapes are checked."""
+
 from __future__ import annotations
 
 import matplotlib
@@ -8,15 +9,23 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
 from attnbook import viz  # noqa: E402
 
 
 def test_curves_slider_holds_every_position():
     x = np.arange(5)
     steps = [[x * a, x + a] for a in (1.0, 2.0, 3.0)]
-    fig = viz.curves_slider(x, steps, ["times", "plus"], ["a=1", "a=2", "a=3"], prefix="a: ", active=1,
-                            titles=["one", "two", "three"], log_y=True, y_range=(0.1, 100))
+    fig = viz.curves_slider(
+        x,
+        steps,
+        ["times", "plus"],
+        ["a=1", "a=2", "a=3"],
+        prefix="a: ",
+        active=1,
+        titles=["one", "two", "three"],
+        log_y=True,
+        y_range=(0.1, 100),
+    )
     assert [trace.name for trace in fig.data] == ["times", "plus"]
     np.testing.assert_allclose(fig.data[0].y, x * 2.0)  # starts at the active position
     slider = fig.layout.sliders[0]
@@ -48,8 +57,9 @@ def test_curves_slider_bad_shapes():
 
 
 def test_curves_mpl_draws_each_curve():
-    fig = viz.curves_mpl(np.arange(3), {"a": [1, 2, 3], "b": torch.tensor([3.0, 2.0, 1.0])}, log_y=True,
-                         y_range=(0.5, 5))
+    fig = viz.curves_mpl(
+        np.arange(3), {"a": [1, 2, 3], "b": torch.tensor([3.0, 2.0, 1.0])}, log_y=True, y_range=(0.5, 5)
+    )
     ax = fig.axes[0]
     assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
     assert ax.get_yscale() == "log"

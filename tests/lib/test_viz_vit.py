@@ -1,9 +1,9 @@
 """attnbook.viz figures of the vision transformer chapter: patch grids, attention overlays, grid similarities."""
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
-
 from attnbook import viz
 
 
@@ -26,8 +26,9 @@ def test_patch_grid_figure_draws_every_border_and_numbers_the_patches_row_by_row
 def test_image_attention_slider_holds_every_image_and_map():
     images = torch.rand(3, 1, 8, 8)
     maps = {"layer 1": torch.rand(3, 4, 4), "rollout": torch.rand(3, 2, 2)}
-    fig = viz.image_attention_slider(images, maps, step_labels=["a", "b", "c"], prefix="image ",
-                                     titles=["t0", "t1", "t2"])
+    fig = viz.image_attention_slider(
+        images, maps, step_labels=["a", "b", "c"], prefix="image ", titles=["t0", "t1", "t2"]
+    )
     assert len(fig.data) == 1 + 2 * len(maps)
     steps = fig.layout.sliders[0].steps
     assert [s.label for s in steps] == ["a", "b", "c"]

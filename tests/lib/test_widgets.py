@@ -1,4 +1,5 @@
 """attnbook.widgets: live explorers redraw when their slider moves, and every picture carries alt text."""
+
 import base64
 import html
 import re
@@ -6,7 +7,6 @@ import re
 import ipywidgets
 import matplotlib.pyplot as plt
 import torch
-
 from attnbook import viz, widgets
 
 IMG = re.compile(r'^<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="([^"]+)"')
@@ -40,8 +40,9 @@ def test_heatmap_explorer_moves_between_matrices():
 
 
 def test_describe_mpl_reads_titles_axes_and_curves():
-    fig = viz.curves_mpl([0, 1, 2], {"linear": [1, 2, 3], "tanh": [1, 1, 1]}, title="Norms", x_title="lag k",
-                         y_title="norm", log_y=True)
+    fig = viz.curves_mpl(
+        [0, 1, 2], {"linear": [1, 2, 3], "tanh": [1, 1, 1]}, title="Norms", x_title="lag k", y_title="norm", log_y=True
+    )
     assert viz.describe_mpl(fig) == "Plot: Norms. norm (log scale) against lag k. Curves: linear, tanh."
     fig, (left, right) = plt.subplots(1, 2)
     fig.suptitle("Two panels")

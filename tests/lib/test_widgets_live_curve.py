@@ -1,4 +1,5 @@
 """attnbook.widgets.LiveCurve: the training curve of the lab, redrawn as a picture with alt text."""
+
 import base64
 import re
 

@@ -5,6 +5,7 @@ numbers), their titles from their first heading, and the arrows from each chapte
 which links to earlier chapters with ``{ref}`` roles. The times come from the execution-time report
 that the notebook execution writes.
 """
+
 from __future__ import annotations
 
 import html
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-
 from attnbook.exercises import catalog
 
 LABEL = re.compile(r"^\((ch-[A-Za-z0-9_-]+)\)=\s*$", re.M)
@@ -38,8 +38,11 @@ class Chapter:
 def _markdown_of(path: Path) -> str:
     if path.suffix == ".ipynb":
         nb = json.loads(path.read_text())
-        return "\n\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                           for c in nb["cells"] if c["cell_type"] == "markdown")
+        return "\n\n".join(
+            "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in nb["cells"]
+            if c["cell_type"] == "markdown"
+        )
     return path.read_text()
 
 
@@ -80,8 +83,9 @@ def reduced_dependencies(book: list[Chapter]) -> dict[str, list[str]]:
                     stack.append(label)
         return seen
 
-    return {c.label: [a for a in c.builds_on
-                      if not any(a in reachable(b) for b in c.builds_on if b != a)] for c in book}
+    return {
+        c.label: [a for a in c.builds_on if not any(a in reachable(b) for b in c.builds_on if b != a)] for c in book
+    }
 
 
 def render_svg(book: list[Chapter], href) -> str:
@@ -108,13 +112,17 @@ def render_svg(book: list[Chapter], href) -> str:
             pos[c.label] = (margin + col * (box_w + gap_x), y + r * row_h)
         y += math.ceil(len(members) / cols) * row_h
     width, height = 2 * margin + cols * (box_w + gap_x) - gap_x, y
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="attnbook-chapter-map" '
-           f'role="img" aria-label="Which chapter builds on which">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-           'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#5b6b7b"/></marker></defs>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="attnbook-chapter-map" '
+        f'role="img" aria-label="Which chapter builds on which">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#5b6b7b"/></marker></defs>',
+    ]
     for part, y_text in captions:
-        out.append(f'<text x="{margin}" y="{y_text}" font-size="15" font-weight="bold" fill="#1f4e79">'
-                   f'{html.escape(part)}</text>')
+        out.append(
+            f'<text x="{margin}" y="{y_text}" font-size="15" font-weight="bold" fill="#1f4e79">'
+            f"{html.escape(part)}</text>"
+        )
     direct = reduced_dependencies(book)
     for c in book:
         for label in direct[c.label]:
@@ -138,12 +146,16 @@ def render_svg(book: list[Chapter], href) -> str:
     for c in book:
         x, y = pos[c.label]
         lines = textwrap.wrap(f"{c.number}. {c.title}", 26)[:3]
-        out.append(f'<a href="{html.escape(href(c))}"><rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" '
-                   f'fill="#eaf1f8" stroke="#1f4e79" stroke-width="1.2"/>')
+        out.append(
+            f'<a href="{html.escape(href(c))}"><rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" '
+            f'fill="#eaf1f8" stroke="#1f4e79" stroke-width="1.2"/>'
+        )
         start = y + box_h / 2 - 8 * (len(lines) - 1) + 5
         for i, line in enumerate(lines):
-            out.append(f'<text x="{x + box_w / 2}" y="{start + 16 * i}" font-size="13" text-anchor="middle" '
-                       f'fill="#10243a">{html.escape(line)}</text>')
+            out.append(
+                f'<text x="{x + box_w / 2}" y="{start + 16 * i}" font-size="13" text-anchor="middle" '
+                f'fill="#10243a">{html.escape(line)}</text>'
+            )
         out.append("</a>")
     out.append("</svg>")
     return "\n".join(out)
@@ -169,8 +181,10 @@ def exercises(srcdir: Path) -> list[Exercise]:
         if not path.exists():
             continue
         parsed = catalog.parse_notebook(json.loads(path.read_text()), path.stem)
-        found += [Exercise(chapter, e.title, e.label, f"{parsed.module}.{e.checker}" if e.checker else "")
-                  for e in parsed.exercises]
+        found += [
+            Exercise(chapter, e.title, e.label, f"{parsed.module}.{e.checker}" if e.checker else "")
+            for e in parsed.exercises
+        ]
     return found
 
 

@@ -10,6 +10,7 @@ In the HTML book this becomes a numbered figure labelled ``fig-lstm-cell`` (pros
 {numref}), with the caption, and with the SVG written into the page, where the stylesheet below gives it the
 dark colours in dark mode (an <img> could not see the page's mode).
 """
+
 from __future__ import annotations
 
 import re
@@ -44,7 +45,7 @@ MIN_SCALE = 0.93  # a diagram may shrink this much to fit the text column; below
 def inline_svg(svg: str, alt: str) -> str:
     """The SVG for the page: without an XML prolog, labelled for screen readers with the alt text, and sized
     to the text column between MIN_SCALE and its own size."""
-    svg = svg[svg.index("<svg"):]
+    svg = svg[svg.index("<svg") :]
     opening = _SVG_OPEN.match(svg).group(0)
     width = float(re.search(r'viewBox="0 0 ([0-9.]+) ', opening).group(1))
     escaped = alt.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
@@ -77,14 +78,25 @@ class DiagramFigures(SphinxTransform):
                 continue
             alt = (image.get("alt") or "").strip()
             if len(alt.split()) < 8:
-                logger.warning(f"diagram {name}: the alt text must say in words what the diagram shows "
-                               f"(at least 8 words), got {alt!r}", location=where)
+                logger.warning(
+                    f"diagram {name}: the alt text must say in words what the diagram shows "
+                    f"(at least 8 words), got {alt!r}",
+                    location=where,
+                )
             caption_para = para.next_node(nodes.paragraph, siblings=True, descend=False)
             lead = _content(caption_para) if caption_para is not None else []
-            if (caption_para is None or para.parent.index(caption_para) != para.parent.index(para) + 1
-                    or not lead or not isinstance(lead[0], nodes.strong) or lead[0].astext().strip() != CAPTION_MARK):
-                logger.warning(f"diagram {name}: the image must be followed by its caption, a paragraph that "
-                               f"starts with **{CAPTION_MARK}**", location=where)
+            if (
+                caption_para is None
+                or para.parent.index(caption_para) != para.parent.index(para) + 1
+                or not lead
+                or not isinstance(lead[0], nodes.strong)
+                or lead[0].astext().strip() != CAPTION_MARK
+            ):
+                logger.warning(
+                    f"diagram {name}: the image must be followed by its caption, a paragraph that "
+                    f"starts with **{CAPTION_MARK}**",
+                    location=where,
+                )
                 continue
             path = Path(self.env.srcdir) / DIAGRAMS / f"{name}.svg"
             if not path.is_file():

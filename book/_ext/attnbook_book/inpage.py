@@ -10,6 +10,7 @@ The exported files come from the chapter's execution: the build sets ``ATTNBOOK_
 the ``sphinx`` extension copies its ``.onnx`` and ``.json`` files to ``_static/models/``; onnxruntime-web
 (npm) goes to ``_static/vendor/onnxruntime/``. The page loads none of them until the widget is used.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,9 +50,11 @@ class InPageRenderer:
         title = html.escape(spec.get("title") or name)
         prompt = html.escape(spec.get("prompt", ""), quote=True).replace("\n", "&#10;")
         kind = html.escape(spec.get("kind", "lm"), quote=True)
-        markup = (f'<div class="attnbook-inpage" data-model="{html.escape(name, quote=True)}" data-kind="{kind}" '
-                  f'data-prompt="{prompt}" aria-label="{title}, running in this page">'
-                  f"<p>{title}: this part of the page runs the model in your browser, with JavaScript.</p></div>")
+        markup = (
+            f'<div class="attnbook-inpage" data-model="{html.escape(name, quote=True)}" data-kind="{kind}" '
+            f'data-prompt="{prompt}" aria-label="{title}, running in this page">'
+            f"<p>{title}: this part of the page runs the model in your browser, with JavaScript.</p></div>"
+        )
         return [nodes.raw("", markup, format="html")]
 
 
@@ -60,12 +63,18 @@ def _check_files(folder: Path, spec: dict, location) -> None:
     meta_path = folder / f"{spec['name']}.json"
     onnx_path = folder / spec["onnx"]
     if not meta_path.exists() or not onnx_path.exists():
-        logger.warning(f"the exported model {spec['name']!r} is not in {folder}: execute the chapter that "
-                       "exports it with the book's build (it sets ATTNBOOK_EXPORT_DIR)", location=location)
+        logger.warning(
+            f"the exported model {spec['name']!r} is not in {folder}: execute the chapter that "
+            "exports it with the book's build (it sets ATTNBOOK_EXPORT_DIR)",
+            location=location,
+        )
         return
     if hashlib.sha256(onnx_path.read_bytes()).hexdigest() != spec["sha256"]:
-        logger.warning(f"{onnx_path} is not the model the executed notebook exported (its sha256 differs): "
-                       "execute the chapter again", location=location)
+        logger.warning(
+            f"{onnx_path} is not the model the executed notebook exported (its sha256 differs): "
+            "execute the chapter again",
+            location=location,
+        )
 
 
 def copy_models(srcdir: Path, outdir: Path) -> list[Path]:
@@ -81,4 +90,3 @@ def copy_models(srcdir: Path, outdir: Path) -> list[Path]:
     for path in STATIC.glob("inpage.*"):
         copied.append(Path(shutil.copy2(path, target / path.name)))
     return copied
-

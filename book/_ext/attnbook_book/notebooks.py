@@ -7,6 +7,7 @@ Run as a program:
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,6 @@ from pathlib import Path
 import jupytext
 import nbformat
 import yaml
-
 from attnbook.exercises import catalog
 
 REPO = Path(__file__).resolve().parents[3]
@@ -72,8 +72,15 @@ def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
 def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str]]:
     """What must agree between the .md and the .ipynb: each cell's type, source, tags and myst-nb options
     (the ``mystnb`` metadata, which carries an image output's alt text)."""
-    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags", [])),
-             json.dumps(c.get("metadata", {}).get("mystnb", {}), sort_keys=True)) for c in nb.cells]
+    return [
+        (
+            c.cell_type,
+            c.source,
+            tuple(c.get("metadata", {}).get("tags", [])),
+            json.dumps(c.get("metadata", {}).get("mystnb", {}), sort_keys=True),
+        )
+        for c in nb.cells
+    ]
 
 
 def sync(root: Path = CHAPTERS) -> list[Path]:
@@ -163,8 +170,9 @@ def is_glue_only(source: str) -> bool:
     except SyntaxError:
         return False
     plumbing = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.FunctionDef, ast.Import, ast.ImportFrom)
-    return (any(_is_glue_call(node) for node in tree.body)
-            and all(_is_glue_call(node) or isinstance(node, plumbing) for node in tree.body))
+    return any(_is_glue_call(node) for node in tree.body) and all(
+        _is_glue_call(node) or isinstance(node, plumbing) for node in tree.body
+    )
 
 
 def solution_only_lines(nb: nbformat.NotebookNode) -> set[str]:

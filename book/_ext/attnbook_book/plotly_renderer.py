@@ -4,6 +4,7 @@ Notebooks keep plotly's default renderer, so Jupyter and Colab show figures as u
 the figure's JSON, slider steps included, is drawn by the plotly.js that the ``sphinx`` extension of
 this package copies into the site and adds to the pages that contain a figure.
 """
+
 from __future__ import annotations
 
 import hashlib

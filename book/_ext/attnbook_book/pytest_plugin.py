@@ -10,6 +10,7 @@ Use with ``pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-current-env
   the student's remaining cells run in the same kernel right there, before the full notebook goes on.
   That is exactly a fresh run of the student notebook, at the cost of its exercise cells only.
 """
+
 from __future__ import annotations
 
 import copy
@@ -83,8 +84,15 @@ def pytest_collection_modifyitems(session, config, items):
             options = defaultdict(bool, find_metadata_tags(cell.metadata))
             options.update(dict(find_comment_markers(cell.source)))
             options.setdefault("check", False)
-            out.append(IPyNbCell.from_parent(parent, name=f"student version, Cell {number}", cell_num=number,
-                                             cell=copy.deepcopy(cell), options=options))
+            out.append(
+                IPyNbCell.from_parent(
+                    parent,
+                    name=f"student version, Cell {number}",
+                    cell_num=number,
+                    cell=copy.deepcopy(cell),
+                    options=options,
+                )
+            )
             out[-1]._attnbook_student = True
         out.append(item)
         done.add(parent)
@@ -183,4 +191,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         status = "ok" if not record["failed"] else "FAILED"
         terminalreporter.write_line(
             f"{nb_path.stem:45s} {record['seconds']:7.1f} s  ({record['cells']} cells, {status}; "
-            f"student version's own cells {record['student_seconds']:.1f} s)")
+            f"student version's own cells {record['student_seconds']:.1f} s)"
+        )

@@ -10,6 +10,7 @@
 - turns the chapters' diagram images into numbered inline figures (``figures``) and writes the stylesheet
   and script that let diagrams and plotly figures follow the theme's light and dark modes.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -80,7 +81,8 @@ def check_assets(app) -> None:
     if missing:
         raise ConfigError(
             f"the book's JavaScript assets are missing from {_node_modules(app)}: {', '.join(missing)}. "
-            "Run `make setup` (it runs `npm ci`) before building.")
+            "Run `make setup` (it runs `npm ci`) before building."
+        )
 
 
 def copy_assets(app, exception) -> None:
@@ -113,7 +115,7 @@ PLOTLY_THEME = """\
   var DARK = %(dark)s;
   function isDark() { return document.documentElement.dataset.theme === "dark"; }
   function get(obj, path) {
-    var parts = path.replace(/\[(\d+)\]/g, ".$1").split(".");
+    var parts = path.replace(/\\[(\\d+)\\]/g, ".$1").split(".");
     for (var i = 0; i < parts.length; i++) { if (obj == null) return null; obj = obj[parts[i]]; }
     return obj === undefined ? null : obj;
   }
@@ -158,19 +160,25 @@ def theme_css() -> str:
     from .diagrams import svg
 
     dark = 'html[data-theme="dark"]'
-    return "\n".join([
-        "/* Numbers glued from the cells read as the text around them (myst-nb sets them in bold). */",
-        "html span.pasted-text{font-weight:inherit}",
-        "/* Diagrams: drawn at their own size, scrolled sideways on narrow screens; page background. */",
-        ".attnbook-diagram{overflow-x:auto;max-width:100%;margin:0 auto}",
-        ".attnbook-diagram svg.abd{display:block;margin:0 auto;width:100%;height:auto}",
-        "figure .attnbook-diagram svg.abd{--bg:transparent}",
-        svg.dark_stylesheet(f"{dark} figure .attnbook-diagram"),
-        "/* The chapter map of the introduction in dark mode. */",
-        f"{dark} .attnbook-chapter-map rect{{fill:#1e242c;stroke:#8a97a6}}",
-        f"{dark} .attnbook-chapter-map text{{fill:#e4e9ef}}",
-        f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "/* Numbers glued from the cells read as the text around them (myst-nb sets them in bold). */",
+                "html span.pasted-text{font-weight:inherit}",
+                "/* Diagrams: drawn at their own size, scrolled sideways on narrow screens; page background. */",
+                ".attnbook-diagram{overflow-x:auto;max-width:100%;margin:0 auto}",
+                ".attnbook-diagram svg.abd{display:block;margin:0 auto;width:100%;height:auto}",
+                "figure .attnbook-diagram svg.abd{--bg:transparent}",
+                svg.dark_stylesheet(f"{dark} figure .attnbook-diagram"),
+                "/* The chapter map of the introduction in dark mode. */",
+                f"{dark} .attnbook-chapter-map rect{{fill:#1e242c;stroke:#8a97a6}}",
+                f"{dark} .attnbook-chapter-map text{{fill:#e4e9ef}}",
+                f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}",
+                f"{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
+            ]
+        )
+        + "\n"
+    )
 
 
 def write_theme_assets(app, exception) -> None:
@@ -208,8 +216,10 @@ class ChapterMapDirective(SphinxDirective):
         for chapter in book:
             for label in chapter.builds_on:
                 if label not in labels:
-                    logger.warning(f"{chapter.docname}: its 'Builds on' line names {label!r}, which is no chapter",
-                                   location=(self.env.docname, self.lineno))
+                    logger.warning(
+                        f"{chapter.docname}: its 'Builds on' line names {label!r}, which is no chapter",
+                        location=(self.env.docname, self.lineno),
+                    )
         builder = self.env.app.builder
 
         def href(chapter):
@@ -225,20 +235,29 @@ class ChapterTimesDirective(SphinxDirective):
     def run(self):
         report = Path(self.env.srcdir) / TIMES_REPORT
         if not report.exists():
-            logger.warning(f"no execution-time report at {report}: execute the chapters first",
-                           location=(self.env.docname, self.lineno))
+            logger.warning(
+                f"no execution-time report at {report}: execute the chapters first",
+                location=(self.env.docname, self.lineno),
+            )
             return []
         times = chapter_map.execution_times(report)
         rows, total = [], 0.0
         for chapter in chapter_map.chapters(Path(self.env.srcdir)):
             name = Path(chapter.docname).name
             if name not in times:
-                logger.warning(f"{name} is missing from the execution-time report", location=(self.env.docname, self.lineno))
+                logger.warning(
+                    f"{name} is missing from the execution-time report", location=(self.env.docname, self.lineno)
+                )
                 continue
             seconds = times[name]["seconds"]
             total += seconds
-            rows.append([_xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
-                         f"{seconds:.0f} s", times[name]["cells"]])
+            rows.append(
+                [
+                    _xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
+                    f"{seconds:.0f} s",
+                    times[name]["cells"],
+                ]
+            )
         rows.append(["All chapters", f"{total / 60:.1f} min", ""])
         return [_table((60, 20, 20), ["Chapter", "CPU time to run", "Code cells"], rows)]
 
@@ -278,8 +297,7 @@ def _with_literals(text: str) -> nodes.paragraph:
 
 
 def _xref(reftype: str, target: str, text: str) -> nodes.paragraph:
-    ref = addnodes.pending_xref("", refdomain="std", reftype=reftype, reftarget=target, refexplicit=True,
-                                refwarn=True)
+    ref = addnodes.pending_xref("", refdomain="std", reftype=reftype, reftarget=target, refexplicit=True, refwarn=True)
     ref += nodes.inline(text=text)
     para = nodes.paragraph()
     para += ref
@@ -303,12 +321,14 @@ class ExerciseTableDirective(SphinxDirective):
                 doc = getattr(importlib.import_module(f"attnbook.exercises.{module}"), name).__doc__ or ""
                 what = " ".join(doc.strip().split("\n\n")[0].split())
             seconds = times.get(Path(chapter.docname).name, {}).get("seconds")
-            rows.append([
-                _xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
-                _xref("ref", exercise.label, exercise.title) if exercise.label else exercise.title,
-                _with_literals(what),
-                f"{seconds:.0f} s" if seconds is not None else "not measured",
-            ])
+            rows.append(
+                [
+                    _xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
+                    _xref("ref", exercise.label, exercise.title) if exercise.label else exercise.title,
+                    _with_literals(what),
+                    f"{seconds:.0f} s" if seconds is not None else "not measured",
+                ]
+            )
         if not rows:
             logger.warning("no exercises found in the chapters", location=(self.env.docname, self.lineno))
         return [_table((22, 22, 44, 12), ["Chapter", "Exercise", "What the checker tests", "Chapter CPU time"], rows)]

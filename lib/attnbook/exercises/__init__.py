@@ -13,12 +13,14 @@ that mistake is given. Otherwise the hint says which case failed and how (shape,
 Each chapter's checkers live in a submodule named after the chapter, e.g.
 ``attnbook.exercises.queries_keys_values``.
 """
+
 from __future__ import annotations
 
 import math
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import torch
 
@@ -149,8 +151,10 @@ def check_function(
             message = f"{type(error).__name__}: {error}".splitlines()[0]
             hint = next((h[:1].upper() + h[1:] for fragment, h in error_hints if fragment in str(error)), "")
             raise ExerciseFailed(
-                exercise, f"on test case {number} your function raised {message}{_where_it_raised(fn, error)}."
-                + (f" {hint}" if hint else "")) from None
+                exercise,
+                f"on test case {number} your function raised {message}{_where_it_raised(fn, error)}."
+                + (f" {hint}" if hint else ""),
+            ) from None
         expected = reference(*clone_args(args))
         diff = _difference(got, expected, atol, rtol)
         if diff is None:

@@ -1,4 +1,5 @@
 """Checkers for the exercises of the chapter on sequence-to-sequence and Bahdanau attention."""
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ __all__ = ["check_bahdanau_attention", "check_beam_step", "check_shift_targets",
 
 
 # --- one step of Bahdanau attention -------------------------------------------------------------------
+
 
 def _attention_reference(s_prev, H, mask, W_1, W_2, v):
     """The library's AdditiveAttention with the given weights copied in."""
@@ -47,29 +49,52 @@ def _attention_cases():
 def check_bahdanau_attention(fn) -> Result:
     """``fn(s_prev, H, mask, W_1, W_2, v)`` returns (context (B, d_enc), weights (B, Ts)) of Bahdanau attention."""
     mistakes = [
-        Mistake("the scores skip the tanh: e = v^T tanh(W_1 s + W_2 h); without it the scoring network is "
-                "linear, and the part that depends on s adds the same number to every position.",
-                lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v, squash=lambda x: x), H, m)),
-        Mistake("the padding mask is ignored: padded positions get weight. Set their scores to -inf before "
-                "the softmax.", lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, torch.ones_like(m))),
-        Mistake("padded scores are set to 0, but exp(0) = 1 still gives them weight; use -inf.",
-                lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, m, fill=0.0)),
-        Mistake("the softmax runs over the batch: each decoder state's weights are a distribution over the "
-                "source positions, so take the softmax over the last dimension.",
-                lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, m, dim=0)),
-        Mistake("the context averages the annotations with the raw scores; use the softmax weights a_{t,i}.",
-                lambda s, H, m, W1, W2, v: ((lambda e: ((e.masked_fill(~m, 0.0).unsqueeze(1) @ H).squeeze(1),
-                                                         torch.softmax(e.masked_fill(~m, float("-inf")), -1)))
-                                            (_scores(s, H, W1, W2, v)))),
+        Mistake(
+            "the scores skip the tanh: e = v^T tanh(W_1 s + W_2 h); without it the scoring network is "
+            "linear, and the part that depends on s adds the same number to every position.",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v, squash=lambda x: x), H, m),
+        ),
+        Mistake(
+            "the padding mask is ignored: padded positions get weight. Set their scores to -inf before the softmax.",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, torch.ones_like(m)),
+        ),
+        Mistake(
+            "padded scores are set to 0, but exp(0) = 1 still gives them weight; use -inf.",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, m, fill=0.0),
+        ),
+        Mistake(
+            "the softmax runs over the batch: each decoder state's weights are a distribution over the "
+            "source positions, so take the softmax over the last dimension.",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, m, dim=0),
+        ),
+        Mistake(
+            "the context averages the annotations with the raw scores; use the softmax weights a_{t,i}.",
+            lambda s, H, m, W1, W2, v: (
+                lambda e: (
+                    (e.masked_fill(~m, 0.0).unsqueeze(1) @ H).squeeze(1),
+                    torch.softmax(e.masked_fill(~m, float("-inf")), -1),
+                )
+            )(_scores(s, H, W1, W2, v)),
+        ),
     ]
     return check_function(
-        fn, exercise="Bahdanau attention", reference=_attention_reference, cases=_attention_cases(),
+        fn,
+        exercise="Bahdanau attention",
+        reference=_attention_reference,
+        cases=_attention_cases(),
         mistakes=mistakes,
-        error_hints=[("shapes cannot be multiplied", "check the shapes: W_1 is (A, D), so W_1 s is s @ W_1.T; "
-                      "W_2 h_i for every i is H @ W_2.T, of shape (B, Ts, A).")])
+        error_hints=[
+            (
+                "shapes cannot be multiplied",
+                "check the shapes: W_1 is (A, D), so W_1 s is s @ W_1.T; "
+                "W_2 h_i for every i is H @ W_2.T, of shape (B, Ts, A).",
+            )
+        ],
+    )
 
 
 # --- one step of beam search --------------------------------------------------------------------------
+
 
 def _beam_reference(scores, log_probs, k):
     total = scores.unsqueeze(1) + log_probs  # (n, V)
@@ -89,6 +114,7 @@ def _beam_cases():
 
 def check_beam_step(fn) -> Result:
     """``fn(scores, log_probs, k)`` returns (rows, tokens, new_scores) of the k best extensions, best first."""
+
     def per_row_best(scores, log_probs, k):
         total = scores.unsqueeze(1) + log_probs
         best, tokens = total.max(dim=1)
@@ -109,20 +135,33 @@ def check_beam_step(fn) -> Result:
         return tokens, rows, best
 
     mistakes = [
-        Mistake("a prefix's score is the sum of the log-probabilities of all its tokens: rank the candidates by "
-                "scores[:, None] + log_probs, not by the new token's log-probability alone.", without_history),
-        Mistake("only each hypothesis's single best token is considered: a hypothesis may contribute several "
-                "of the k best extensions (rank all n x V candidates together).", per_row_best),
-        Mistake("log-probabilities add (probabilities multiply); the candidates are ranked by "
-                "scores[:, None] + log_probs.", multiplied),
-        Mistake("rows and tokens are swapped: for a flat index i into the (n, V) table, the row is i // V and "
-                "the token is i % V.", swapped),
+        Mistake(
+            "a prefix's score is the sum of the log-probabilities of all its tokens: rank the candidates by "
+            "scores[:, None] + log_probs, not by the new token's log-probability alone.",
+            without_history,
+        ),
+        Mistake(
+            "only each hypothesis's single best token is considered: a hypothesis may contribute several "
+            "of the k best extensions (rank all n x V candidates together).",
+            per_row_best,
+        ),
+        Mistake(
+            "log-probabilities add (probabilities multiply); the candidates are ranked by scores[:, None] + log_probs.",
+            multiplied,
+        ),
+        Mistake(
+            "rows and tokens are swapped: for a flat index i into the (n, V) table, the row is i // V and "
+            "the token is i % V.",
+            swapped,
+        ),
     ]
-    return check_function(fn, exercise="one step of beam search", reference=_beam_reference, cases=_beam_cases(),
-                          mistakes=mistakes)
+    return check_function(
+        fn, exercise="one step of beam search", reference=_beam_reference, cases=_beam_cases(), mistakes=mistakes
+    )
 
 
 # --- teacher forcing: decoder inputs and targets ------------------------------------------------------
+
 
 def _shift_reference(targets, lengths, bos_id=2, eos_id=3, pad_id=0):
     B, T = targets.shape
@@ -130,7 +169,7 @@ def _shift_reference(targets, lengths, bos_id=2, eos_id=3, pad_id=0):
     tgt_out = torch.full((B, T + 1), pad_id, dtype=targets.dtype)
     for b, n in enumerate(lengths.tolist()):
         tgt_in[b, 0] = bos_id
-        tgt_in[b, 1:n + 1] = targets[b, :n]
+        tgt_in[b, 1 : n + 1] = targets[b, :n]
         tgt_out[b, :n] = targets[b, :n]
         tgt_out[b, n] = eos_id
     return tgt_in, tgt_out
@@ -150,6 +189,7 @@ def _shift_cases():
 
 def check_shift_targets(fn) -> Result:
     """``fn(targets, lengths)`` returns (tgt_in, tgt_out): <bos> y_1 ... y_n and y_1 ... y_n <eos>, padded."""
+
     def eos_at_the_end(targets, lengths):
         tgt_in, tgt_out = _shift_reference(targets, lengths)
         tgt_out = torch.cat([targets, torch.full_like(targets[:, :1], 3)], dim=1)
@@ -164,27 +204,48 @@ def check_shift_targets(fn) -> Result:
         return torch.cat([targets, torch.zeros_like(targets[:, :1])], dim=1), tgt_out
 
     mistakes = [
-        Mistake("<eos> goes right after each sentence's last real token (position lengths[b]), not after the "
-                "padding at the end of the row.", eos_at_the_end),
-        Mistake("input and target are swapped: the decoder reads <bos> y_1 ... y_n and must predict "
-                "y_1 ... y_n <eos>.", swapped),
-        Mistake("the decoder input must start with <bos>: at step t it reads y_{t-1}, and at t = 1 there is no "
-                "y_0, so <bos> stands in for it.", no_bos),
+        Mistake(
+            "<eos> goes right after each sentence's last real token (position lengths[b]), not after the "
+            "padding at the end of the row.",
+            eos_at_the_end,
+        ),
+        Mistake(
+            "input and target are swapped: the decoder reads <bos> y_1 ... y_n and must predict y_1 ... y_n <eos>.",
+            swapped,
+        ),
+        Mistake(
+            "the decoder input must start with <bos>: at step t it reads y_{t-1}, and at t = 1 there is no "
+            "y_0, so <bos> stands in for it.",
+            no_bos,
+        ),
     ]
-    return check_function(fn, exercise="teacher forcing inputs and targets", reference=_shift_reference,
-                          cases=_shift_cases(), mistakes=mistakes)
+    return check_function(
+        fn,
+        exercise="teacher forcing inputs and targets",
+        reference=_shift_reference,
+        cases=_shift_cases(),
+        mistakes=mistakes,
+    )
 
 
 # --- the size of the bottleneck -----------------------------------------------------------------------
 
+
 def check_bottleneck_bits(answer, length: int = 40) -> Result:
     """The bits a fixed context must hold to tell apart every digit string of the given length."""
     return check_number(
-        answer, exercise=f"bits in a string of {length} digits", expected=length * math.log2(10), rel_tol=0.01,
+        answer,
+        exercise=f"bits in a string of {length} digits",
+        expected=length * math.log2(10),
+        rel_tol=0.01,
         mistakes=[
-            (f"10^{length} is the number of strings; the number of bits is its base-2 logarithm.", 10.0 ** length),
+            (f"10^{length} is the number of strings; the number of bits is its base-2 logarithm.", 10.0**length),
             ("one bit per digit cannot tell ten digits apart: each digit carries log2(10) bits.", float(length)),
-            ("4 bits per digit is what a binary-coded-decimal encoding uses, more than necessary: the minimum is "
-             "log2(10), about 3.32 bits per digit.", 4.0 * length),
+            (
+                "4 bits per digit is what a binary-coded-decimal encoding uses, more than necessary: the minimum is "
+                "log2(10), about 3.32 bits per digit.",
+                4.0 * length,
+            ),
             ("that is the count in nats (natural logarithm); bits use log base 2.", length * math.log(10)),
-        ])
+        ],
+    )

@@ -1,4 +1,5 @@
 """Checkers for the exercises of the chapter on transformers beyond text (sets, graphs, sound, modalities)."""
+
 from __future__ import annotations
 
 import torch
@@ -6,8 +7,13 @@ import torch
 from .. import audio, contrastive, graphs
 from . import ExerciseFailed, Mistake, Result, check_function, clone_args
 
-__all__ = ["check_adjacency_mask", "check_shortest_paths", "check_spectrogram_shape", "check_clip_loss",
-           "check_agent_mask"]
+__all__ = [
+    "check_adjacency_mask",
+    "check_shortest_paths",
+    "check_spectrogram_shape",
+    "check_clip_loss",
+    "check_agent_mask",
+]
 
 
 def _require_bool(fn, case, exercise: str) -> None:
@@ -17,8 +23,11 @@ def _require_bool(fn, case, exercise: str) -> None:
     except Exception:  # not attempted, or an error: check_function reports it
         return
     if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
-        raise ExerciseFailed(exercise, f"the mask must be boolean (True = may attend), got dtype {out.dtype}: "
-                                       f"build it with dtype=torch.bool or from comparisons.")
+        raise ExerciseFailed(
+            exercise,
+            f"the mask must be boolean (True = may attend), got dtype {out.dtype}: "
+            f"build it with dtype=torch.bool or from comparisons.",
+        )
 
 
 def _reference_mask(edges, n_nodes):
@@ -40,13 +49,21 @@ def check_adjacency_mask(fn) -> Result:
         return A | torch.eye(n, dtype=torch.bool)
 
     mistakes = [
-        Mistake("each node must also attend to itself (a self-loop on the diagonal), as in a graph attention "
-                "layer: without it a node's own features are lost after one layer, and an isolated node attends "
-                "to nothing.", lambda e, n: graphs.adjacency_mask(graphs.adjacency_from_edges(e, n), self_loops=False)),
-        Mistake("the graph is undirected: an edge (i, j) lets i attend to j *and* j attend to i, so set both "
-                "mask[i, j] and mask[j, i].", one_way),
-        Mistake("the mask is inverted: in this book (and in F.scaled_dot_product_attention) True means 'may "
-                "attend'.", lambda e, n: ~_reference_mask(e, n)),
+        Mistake(
+            "each node must also attend to itself (a self-loop on the diagonal), as in a graph attention "
+            "layer: without it a node's own features are lost after one layer, and an isolated node attends "
+            "to nothing.",
+            lambda e, n: graphs.adjacency_mask(graphs.adjacency_from_edges(e, n), self_loops=False),
+        ),
+        Mistake(
+            "the graph is undirected: an edge (i, j) lets i attend to j *and* j attend to i, so set both "
+            "mask[i, j] and mask[j, i].",
+            one_way,
+        ),
+        Mistake(
+            "the mask is inverted: in this book (and in F.scaled_dot_product_attention) True means 'may attend'.",
+            lambda e, n: ~_reference_mask(e, n),
+        ),
     ]
     _require_bool(fn, cases[0], "adjacency mask")
     return check_function(fn, exercise="adjacency mask", reference=_reference_mask, cases=cases, mistakes=mistakes)
@@ -75,14 +92,24 @@ def check_shortest_paths(fn) -> Result:
 
     mistakes = [
         Mistake("nodes in different connected components have no path: give them -1, not 0.", unreachable_as(0)),
-        Mistake("nodes in different connected components have no path: give them -1 (graphs.UNREACHABLE), not "
-                "N or a large number.", unreachable_as(7)),
-        Mistake("the distance counts edges, not nodes: neighbours are 1 apart, a node is 0 from itself.",
-                lambda A: torch.where(reference(A) >= 0, reference(A) + 1, reference(A))),
-        Mistake("only the neighbours got a distance: keep expanding the frontier, step by step, until no new "
-                "node is reached (breadth-first search).", one_hop_only),
-        Mistake("the distance of a node to itself is 0.",
-                lambda A: reference(A).masked_fill(torch.eye(A.shape[0], dtype=torch.bool), -1)),
+        Mistake(
+            "nodes in different connected components have no path: give them -1 (graphs.UNREACHABLE), not "
+            "N or a large number.",
+            unreachable_as(7),
+        ),
+        Mistake(
+            "the distance counts edges, not nodes: neighbours are 1 apart, a node is 0 from itself.",
+            lambda A: torch.where(reference(A) >= 0, reference(A) + 1, reference(A)),
+        ),
+        Mistake(
+            "only the neighbours got a distance: keep expanding the frontier, step by step, until no new "
+            "node is reached (breadth-first search).",
+            one_hop_only,
+        ),
+        Mistake(
+            "the distance of a node to itself is 0.",
+            lambda A: reference(A).masked_fill(torch.eye(A.shape[0], dtype=torch.bool), -1),
+        ),
     ]
     return check_function(fn, exercise="shortest paths", reference=reference, cases=cases, mistakes=mistakes)
 
@@ -95,15 +122,24 @@ def check_spectrogram_shape(fn) -> Result:
         return (n_fft // 2 + 1, audio.n_frames(n, hop))
 
     mistakes = [
-        Mistake("a real signal's spectrum is symmetric, so only the frequencies 0 .. n_fft / 2 are kept: "
-                "n_fft // 2 + 1 bins, not n_fft.", lambda n, f, h: (f, 1 + n // h)),
-        Mistake("the bins run from 0 Hz to half the sample rate, both included: n_fft // 2 + 1 of them.",
-                lambda n, f, h: (f // 2, 1 + n // h)),
-        Mistake("with center=True the signal is padded by n_fft // 2 on both sides, so that frame t is centred "
-                "on sample t * hop_length: 1 + n_samples // hop_length frames.",
-                lambda n, f, h: (f // 2 + 1, 1 + (n - f) // h)),
-        Mistake("there is a frame at sample 0 too: 1 + n_samples // hop_length frames.",
-                lambda n, f, h: (f // 2 + 1, n // h)),
+        Mistake(
+            "a real signal's spectrum is symmetric, so only the frequencies 0 .. n_fft / 2 are kept: "
+            "n_fft // 2 + 1 bins, not n_fft.",
+            lambda n, f, h: (f, 1 + n // h),
+        ),
+        Mistake(
+            "the bins run from 0 Hz to half the sample rate, both included: n_fft // 2 + 1 of them.",
+            lambda n, f, h: (f // 2, 1 + n // h),
+        ),
+        Mistake(
+            "with center=True the signal is padded by n_fft // 2 on both sides, so that frame t is centred "
+            "on sample t * hop_length: 1 + n_samples // hop_length frames.",
+            lambda n, f, h: (f // 2 + 1, 1 + (n - f) // h),
+        ),
+        Mistake(
+            "there is a frame at sample 0 too: 1 + n_samples // hop_length frames.",
+            lambda n, f, h: (f // 2 + 1, n // h),
+        ),
         Mistake("the shape is (frequency bins, frames), in that order.", lambda n, f, h: (1 + n // h, f // 2 + 1)),
     ]
     return check_function(fn, exercise="spectrogram shape", reference=reference, cases=cases, mistakes=mistakes)
@@ -114,7 +150,9 @@ def check_clip_loss(fn) -> Result:
     g = torch.Generator().manual_seed(15)
 
     def pair(B, E):
-        return torch.randn(B, E, generator=g, dtype=torch.float64), torch.randn(B, E, generator=g, dtype=torch.float64) * 3
+        return torch.randn(B, E, generator=g, dtype=torch.float64), torch.randn(
+            B, E, generator=g, dtype=torch.float64
+        ) * 3
 
     cases = [(*pair(4, 3), 1.0), (*pair(6, 8), 10.0), (*pair(3, 5), 2.5)]
     F = torch.nn.functional
@@ -139,12 +177,21 @@ def check_clip_loss(fn) -> Result:
         return contrastive.clip_loss(I, T, s) * 2
 
     mistakes = [
-        Mistake("only one direction: CLIP averages two cross-entropies, each image choosing among the texts "
-                "(rows of the logits) and each text choosing among the images (columns).", one_way),
-        Mistake("only one direction: CLIP averages two cross-entropies, each image choosing among the texts "
-                "(rows of the logits) and each text choosing among the images (columns).", other_way),
-        Mistake("normalise each embedding to length one first (F.normalize(x, dim=-1)): the logits are scaled "
-                "cosine similarities, so that the scale alone sets how sharp the softmax is.", unnormalised),
+        Mistake(
+            "only one direction: CLIP averages two cross-entropies, each image choosing among the texts "
+            "(rows of the logits) and each text choosing among the images (columns).",
+            one_way,
+        ),
+        Mistake(
+            "only one direction: CLIP averages two cross-entropies, each image choosing among the texts "
+            "(rows of the logits) and each text choosing among the images (columns).",
+            other_way,
+        ),
+        Mistake(
+            "normalise each embedding to length one first (F.normalize(x, dim=-1)): the logits are scaled "
+            "cosine similarities, so that the scale alone sets how sharp the softmax is.",
+            unnormalised,
+        ),
         Mistake("the scale multiplies the cosines (it is 1 / temperature); here it divides them.", divided),
         Mistake("average the two cross-entropies, (loss_images + loss_texts) / 2, rather than adding them.", summed),
     ]
@@ -178,14 +225,26 @@ def check_agent_mask(fn) -> Result:
         return torch.ones(A * T, A * T, dtype=torch.bool).tril()
 
     mistakes = [
-        Mistake("the tokens are listed time step by time step: token t * A + a is agent a at step t (you listed "
-                "them agent by agent).", agent_major),
-        Mistake("an agent may also attend to the other agents at the same step (s <= t, not s < t): their "
-                "positions at step t are known when forecasting step t + 1.", strictly_earlier),
-        Mistake("each agent must also see the other agents (that is what makes the forecast social): allow every "
-                "token (s, b) with s <= t, whichever the agent b.", own_agent_only),
-        Mistake("a plain causal mask over the token index lets agent 0 at step t miss the other agents at step "
-                "t; the rule is on the time steps: s <= t.", token_causal),
+        Mistake(
+            "the tokens are listed time step by time step: token t * A + a is agent a at step t (you listed "
+            "them agent by agent).",
+            agent_major,
+        ),
+        Mistake(
+            "an agent may also attend to the other agents at the same step (s <= t, not s < t): their "
+            "positions at step t are known when forecasting step t + 1.",
+            strictly_earlier,
+        ),
+        Mistake(
+            "each agent must also see the other agents (that is what makes the forecast social): allow every "
+            "token (s, b) with s <= t, whichever the agent b.",
+            own_agent_only,
+        ),
+        Mistake(
+            "a plain causal mask over the token index lets agent 0 at step t miss the other agents at step "
+            "t; the rule is on the time steps: s <= t.",
+            token_causal,
+        ),
         Mistake("the mask is inverted: True means 'may attend'.", lambda A, T: ~agent_mask(A, T)),
     ]
     _require_bool(fn, cases[0], "multi-agent mask")

@@ -9,6 +9,7 @@ module, so that the grader (:mod:`attnbook.exercises.grade`) knows every chapter
 cells from an installed package, without the book's sources; a test checks that the file equals what
 the chapters say.
 """
+
 from __future__ import annotations
 
 import ast
@@ -54,15 +55,22 @@ def _answer_of(source: str) -> str:
         tree = None
     body = tree.body if tree else []
     call = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
-    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and len(call.args) == 1
-            and isinstance(call.args[0], ast.Name) and not call.keywords):
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Name)
+        and not call.keywords
+    ):
         return call.args[0].id
     raise ValueError(f"a check cell must be a single call ex.check_<name>(<answer>) on one name, got {source!r}")
 
 
 def parse_cells(cells) -> tuple[str, list[Exercise]]:
     """The checker module and the exercises of a chapter, from its cells as ``(cell_type, source, tags)``."""
-    module = next((m.group(1) for kind, src, _ in cells if kind == "code" for m in [CHECKER_MODULE.search(src)] if m), "")
+    module = next(
+        (m.group(1) for kind, src, _ in cells if kind == "code" for m in [CHECKER_MODULE.search(src)] if m), ""
+    )
     found: list[Exercise] = []
     pending: list[Exercise] = []
     for kind, src, tags in cells:
@@ -89,12 +97,20 @@ def parse_notebook(nb, chapter: str) -> ChapterExercises:
 
 def dumps(chapters: list[ChapterExercises]) -> str:
     """The manifest's JSON text for these chapters."""
-    return json.dumps({c.chapter: {"module": c.module, "exercises": [asdict(e) for e in c.exercises]}
-                       for c in chapters}, indent=1, ensure_ascii=False) + "\n"
+    return (
+        json.dumps(
+            {c.chapter: {"module": c.module, "exercises": [asdict(e) for e in c.exercises]} for c in chapters},
+            indent=1,
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
 
 
 def load(path: Path | str = MANIFEST) -> dict[str, ChapterExercises]:
     """Every chapter's exercises from the manifest (by default the one installed with this package)."""
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    return {name: ChapterExercises(name, entry["module"], tuple(Exercise(**e) for e in entry["exercises"]))
-            for name, entry in raw.items()}
+    return {
+        name: ChapterExercises(name, entry["module"], tuple(Exercise(**e) for e in entry["exercises"]))
+        for name, entry in raw.items()
+    }

@@ -1,15 +1,18 @@
 """Checkers for the exercises of the chapter on the cost of attention and flash attention."""
-from __future__ import annotations
 
-import math
+from __future__ import annotations
 
 import torch
 
-from .. import attention, flash
+from .. import flash
 from . import Mistake, Result, check_function, check_number
 
-__all__ = ["check_online_softmax_update", "check_attention_memory", "check_merge_partial_attention",
-           "check_attention_flops"]
+__all__ = [
+    "check_online_softmax_update",
+    "check_attention_memory",
+    "check_merge_partial_attention",
+    "check_attention_flops",
+]
 
 
 def _online_cases():
@@ -21,15 +24,26 @@ def _online_cases():
     cases.append((m, l, x))  # the first block
     m, l = flash.online_softmax_update(m, l, x)
     cases.append((m, l, torch.randn(3, 5, generator=g, dtype=torch.float64) + 1.5))  # a later block, new maxima
-    cases.append((torch.tensor([2.0, 0.5], dtype=torch.float64), torch.tensor([1.3, 2.2], dtype=torch.float64),
-                  torch.tensor([[0.1, -1.0, 0.3], [3.0, 4.0, -2.0]], dtype=torch.float64)))  # one row keeps its max
-    cases.append((torch.tensor([990.0], dtype=torch.float64), torch.tensor([1.5], dtype=torch.float64),
-                  torch.tensor([[1000.0, 995.0]], dtype=torch.float64)))  # large scores
+    cases.append(
+        (
+            torch.tensor([2.0, 0.5], dtype=torch.float64),
+            torch.tensor([1.3, 2.2], dtype=torch.float64),
+            torch.tensor([[0.1, -1.0, 0.3], [3.0, 4.0, -2.0]], dtype=torch.float64),
+        )
+    )  # one row keeps its max
+    cases.append(
+        (
+            torch.tensor([990.0], dtype=torch.float64),
+            torch.tensor([1.5], dtype=torch.float64),
+            torch.tensor([[1000.0, 995.0]], dtype=torch.float64),
+        )
+    )  # large scores
     return cases
 
 
 def check_online_softmax_update(fn) -> Result:
     """``fn(m, l, x)`` must return the running maximum and sum after the block of scores ``x``."""
+
     def new_max(m, x):
         return torch.maximum(m, x.amax(dim=-1))
 
@@ -50,17 +64,30 @@ def check_online_softmax_update(fn) -> Result:
         return m_new, l * torch.exp(m - m_new) + torch.exp(x - m_new[..., None]).sum(-1)
 
     mistakes = [
-        Mistake("the old sum l was computed relative to the old maximum m: when the maximum grows to m', "
-                "multiply l by exp(m - m') before adding the new terms.", no_rescale),
-        Mistake("the rescaling factor is upside down: it is exp(m - m'), which is at most 1, since m' >= m.",
-                inverted_rescale),
-        Mistake("the new terms must be measured from the new maximum too: add sum_j exp(x_j - m').",
-                block_not_shifted),
-        Mistake("the new maximum must include the old one: m' = max(m, max_j x_j), not just the block's maximum.",
-                forgets_old_max),
+        Mistake(
+            "the old sum l was computed relative to the old maximum m: when the maximum grows to m', "
+            "multiply l by exp(m - m') before adding the new terms.",
+            no_rescale,
+        ),
+        Mistake(
+            "the rescaling factor is upside down: it is exp(m - m'), which is at most 1, since m' >= m.",
+            inverted_rescale,
+        ),
+        Mistake("the new terms must be measured from the new maximum too: add sum_j exp(x_j - m').", block_not_shifted),
+        Mistake(
+            "the new maximum must include the old one: m' = max(m, max_j x_j), not just the block's maximum.",
+            forgets_old_max,
+        ),
     ]
-    return check_function(fn, exercise="online softmax update", reference=flash.online_softmax_update,
-                          cases=_online_cases(), mistakes=mistakes, atol=1e-9, rtol=1e-7)
+    return check_function(
+        fn,
+        exercise="online softmax update",
+        reference=flash.online_softmax_update,
+        cases=_online_cases(),
+        mistakes=mistakes,
+        atol=1e-9,
+        rtol=1e-7,
+    )
 
 
 def check_attention_memory(answer, *, batch: int = 8, heads: int = 12, length: int = 4096) -> Result:
@@ -72,20 +99,26 @@ def check_attention_memory(answer, *, batch: int = 8, heads: int = 12, length: i
 
     expected = size(batch, heads, length, 4)
     return check_number(
-        answer, exercise="memory of the attention weights", expected=expected, rel_tol=0.02,
+        answer,
+        exercise="memory of the attention weights",
+        expected=expected,
+        rel_tol=0.02,
         mistakes=[
-            ("that is the size in GB (10^9 bytes); the question asks for GiB (2^30 bytes).",
-             expected * gib / 1e9),
+            ("that is the size in GB (10^9 bytes); the question asks for GiB (2^30 bytes).", expected * gib / 1e9),
             ("every head has its own weight matrix: multiply by the number of heads.", size(batch, 1, length, 4)),
-            ("every sequence in the batch has its own weights: multiply by the batch size.",
-             size(1, heads, length, 4)),
+            ("every sequence in the batch has its own weights: multiply by the batch size.", size(1, heads, length, 4)),
             ("a float32 number takes 4 bytes, not 2 (that would be float16).", size(batch, heads, length, 2)),
             ("a float32 number takes 4 bytes, not 32: 32 is its size in bits.", size(batch, heads, length, 32)),
-            ("a float32 number takes 4 bytes: the count of numbers must be multiplied by 4.",
-             size(batch, heads, length, 1)),
-            ("the weight matrix is length x length per head, not length x head width.",
-             batch * heads * length * 64 * 4 / gib),
-        ])
+            (
+                "a float32 number takes 4 bytes: the count of numbers must be multiplied by 4.",
+                size(batch, heads, length, 1),
+            ),
+            (
+                "the weight matrix is length x length per head, not length x head width.",
+                batch * heads * length * 64 * 4 / gib,
+            ),
+        ],
+    )
 
 
 def _merge_reference(o1, lse1, o2, lse2):
@@ -96,8 +129,11 @@ def _merge_reference(o1, lse1, o2, lse2):
 def _merge_cases():
     g = torch.Generator().manual_seed(11)
     cases = []
-    for (batch, t_q, t_k1, t_k2, d, spread) in [((), 3, 4, 6, 5, 1.0), ((2,), 4, 7, 3, 8, 1.0),
-                                                 ((2, 2), 2, 5, 5, 4, 40.0)]:
+    for batch, t_q, t_k1, t_k2, d, spread in [
+        ((), 3, 4, 6, 5, 1.0),
+        ((2,), 4, 7, 3, 8, 1.0),
+        ((2, 2), 2, 5, 5, 4, 40.0),
+    ]:
         q = torch.randn(*batch, t_q, d, generator=g, dtype=torch.float64) * spread
         k1 = torch.randn(*batch, t_k1, d, generator=g, dtype=torch.float64)
         k2 = torch.randn(*batch, t_k2, d, generator=g, dtype=torch.float64)
@@ -111,6 +147,7 @@ def _merge_cases():
 
 def check_merge_partial_attention(fn) -> Result:
     """``fn(o1, lse1, o2, lse2)`` must return the attention output over both key sets, and its log-sum-exp."""
+
     def average(o1, lse1, o2, lse2):
         return (o1 + o2) / 2, torch.logaddexp(lse1, lse2)
 
@@ -127,32 +164,67 @@ def check_merge_partial_attention(fn) -> Result:
         return out, torch.maximum(lse1, lse2)
 
     mistakes = [
-        Mistake("the two halves are not equally important: weight each by its share of the total softmax "
-                "denominator, exp(lse_part - lse_total).", average),
-        Mistake("exp(lse_part) is the part's softmax denominator; divide by the total, exp(lse_total), so the "
-                "weights sum to 1 (and compute them as exp(lse_part - lse_total) to avoid overflow).",
-                not_normalised),
-        Mistake("the denominators add, so the log-sum-exps combine as log(exp(lse1) + exp(lse2)) "
-                "(torch.logaddexp), not lse1 + lse2.", lse_added),
-        Mistake("the combined log-sum-exp is log(exp(lse1) + exp(lse2)), which is larger than the maximum of "
-                "the two: use torch.logaddexp.", lse_max),
+        Mistake(
+            "the two halves are not equally important: weight each by its share of the total softmax "
+            "denominator, exp(lse_part - lse_total).",
+            average,
+        ),
+        Mistake(
+            "exp(lse_part) is the part's softmax denominator; divide by the total, exp(lse_total), so the "
+            "weights sum to 1 (and compute them as exp(lse_part - lse_total) to avoid overflow).",
+            not_normalised,
+        ),
+        Mistake(
+            "the denominators add, so the log-sum-exps combine as log(exp(lse1) + exp(lse2)) "
+            "(torch.logaddexp), not lse1 + lse2.",
+            lse_added,
+        ),
+        Mistake(
+            "the combined log-sum-exp is log(exp(lse1) + exp(lse2)), which is larger than the maximum of "
+            "the two: use torch.logaddexp.",
+            lse_max,
+        ),
     ]
-    return check_function(fn, exercise="merge two partial attention results", reference=_merge_reference,
-                          cases=_merge_cases(), mistakes=mistakes, atol=1e-9, rtol=1e-7,
-                          error_hints=[("must match the size", "o1 has shape (..., Tq, Dv) and lse1 (..., Tq): "
-                                        "add a last dimension to the weights with .unsqueeze(-1).")])
+    return check_function(
+        fn,
+        exercise="merge two partial attention results",
+        reference=_merge_reference,
+        cases=_merge_cases(),
+        mistakes=mistakes,
+        atol=1e-9,
+        rtol=1e-7,
+        error_hints=[
+            (
+                "must match the size",
+                "o1 has shape (..., Tq, Dv) and lse1 (..., Tq): "
+                "add a last dimension to the weights with .unsqueeze(-1).",
+            )
+        ],
+    )
 
 
 def check_attention_flops(answer, *, length: int = 2048, width: int = 64) -> Result:
     """FLOPs of the two matrix products of one head's attention, Q K^T and P V (2 per multiply-add)."""
     n, d = length, width
     return check_number(
-        answer, exercise="FLOPs of attention", expected=4 * n * n * d, rel_tol=0.02,
+        answer,
+        exercise="FLOPs of attention",
+        expected=4 * n * n * d,
+        rel_tol=0.02,
         mistakes=[
-            ("Q K^T and P V each take N^2 d multiply-adds, that is 2 N^2 d FLOPs (a multiply and an add each); "
-             "count both products, and 2 FLOPs per multiply-add.", 2 * n * n * d),
-            ("that is the multiply-adds of one product; there are two products, and each multiply-add is "
-             "2 FLOPs.", n * n * d),
-            ("N d^2 is the cost of a projection such as X W_q; the attention products cost N^2 d multiply-adds "
-             "each.", 4 * n * d * d),
-        ])
+            (
+                "Q K^T and P V each take N^2 d multiply-adds, that is 2 N^2 d FLOPs (a multiply and an add each); "
+                "count both products, and 2 FLOPs per multiply-add.",
+                2 * n * n * d,
+            ),
+            (
+                "that is the multiply-adds of one product; there are two products, and each multiply-add is 2 FLOPs.",
+                n * n * d,
+            ),
+            (
+                "N d^2 is the cost of a projection such as X W_q; the attention products cost N^2 d multiply-adds "
+                "each.",
+                4 * n * d * d,
+            ),
+        ],
+    )

@@ -24,6 +24,7 @@ For each notebook:
 Running a notebook runs its author's code with your permissions: grade in a container or a throw-away
 virtual machine, as a user who cannot write to this Python environment. See the instructor guide.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,7 @@ class ChapterUnknown(ValueError):
 
 # --- which chapter, which exercises ---------------------------------------------------------------------
 
+
 def load_chapters(source: Path | str | None = None) -> dict[str, catalog.ChapterExercises]:
     """The chapters' exercises: the installed list by default, or a ``chapters.json`` file, or a folder of
     chapter notebooks (``NN_name.ipynb``) read with the book's own parser."""
@@ -80,8 +82,10 @@ def load_chapters(source: Path | str | None = None) -> dict[str, catalog.Chapter
     if source.is_dir():
         import nbformat
 
-        return {p.stem: catalog.parse_notebook(nbformat.read(p, as_version=4), p.stem)
-                for p in sorted(source.glob("[0-9][0-9]_*.ipynb"))}
+        return {
+            p.stem: catalog.parse_notebook(nbformat.read(p, as_version=4), p.stem)
+            for p in sorted(source.glob("[0-9][0-9]_*.ipynb"))
+        }
     return catalog.load(source)
 
 
@@ -89,8 +93,9 @@ def _code_sources(nb) -> list[str]:
     return [c.source for c in nb.cells if c.cell_type == "code"]
 
 
-def identify_chapter(nb, path: Path, chapters: dict[str, catalog.ChapterExercises],
-                     chapter: str | None = None) -> catalog.ChapterExercises:
+def identify_chapter(
+    nb, path: Path, chapters: dict[str, catalog.ChapterExercises], chapter: str | None = None
+) -> catalog.ChapterExercises:
     """The chapter of notebook ``nb`` read from ``path`` (see the module docstring for the order)."""
     if chapter is not None:
         if chapter not in chapters:
@@ -109,15 +114,17 @@ def identify_chapter(nb, path: Path, chapters: dict[str, catalog.ChapterExercise
     best = max(scores.values(), default=0)
     if best and list(scores.values()).count(best) == 1:
         return chapters[max(scores, key=scores.get)]
-    raise ChapterUnknown(f"cannot tell which chapter {path.name} is: name it like the chapter's notebook "
-                         f"(e.g. {next(iter(chapters), '04_queries_keys_values')}.ipynb) or pass --chapter")
+    raise ChapterUnknown(
+        f"cannot tell which chapter {path.name} is: name it like the chapter's notebook "
+        f"(e.g. {next(iter(chapters), '04_queries_keys_values')}.ipynb) or pass --chapter"
+    )
 
 
 # --- the learner's program ------------------------------------------------------------------------------
 
 ANSWER_MIME = "application/x-attnbook-answer+json"
 
-_EXTRACT = '''\
+_EXTRACT = """\
 def __attnbook_take_answer(name):
     import base64, builtins, cloudpickle
     from IPython.display import publish_display_data
@@ -128,11 +135,12 @@ def __attnbook_take_answer(name):
         try:
             answer = {{"status": "ok", "pickle": base64.b64encode(cloudpickle.dumps(namespace[name])).decode()}}
         except BaseException as error:
-            answer = {{"status": "error", "message": (builtins.type(error).__name__ + ": " + builtins.str(error))[:400]}}
+            message = builtins.type(error).__name__ + ": " + builtins.str(error)
+            answer = {{"status": "error", "message": message[:400]}}
     publish_display_data({{"{mime}": answer}})
 __attnbook_take_answer({name!r})
 del __attnbook_take_answer
-'''
+"""
 
 
 @dataclass
@@ -175,8 +183,11 @@ def _plan(nb, chapter: catalog.ChapterExercises) -> _Plan:
             continue
         edited = any(re.search(rf"\b{re.escape(e.checker)}\b", s) for s in sources)
         plan.flags[i].append(EDITED if edited else MISSING)
-        later = [k for k, (_, r, _) in enumerate(plan.cells)
-                 if i in anchors and r is not None and r in anchors and anchors[r] > anchors[i]]
+        later = [
+            k
+            for k, (_, r, _) in enumerate(plan.cells)
+            if i in anchors and r is not None and r in anchors and anchors[r] > anchors[i]
+        ]
         plan.cells.insert(later[0] if later else len(plan.cells), (extraction[i], i, True))
     return plan
 
@@ -204,8 +215,14 @@ def _run_in_kernel(plan: _Plan, workdir: Path, timeout: int) -> tuple[dict[int, 
             # local sockets rather than TCP ports, in a folder of their own
             manager = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
             try:
-                NotebookClient(nb, km=manager, timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
-                               resources={"metadata": {"path": str(workdir)}}).execute()
+                NotebookClient(
+                    nb,
+                    km=manager,
+                    timeout=timeout,
+                    allow_errors=True,
+                    interrupt_on_timeout=True,
+                    resources={"metadata": {"path": str(workdir)}},
+                ).execute()
             finally:
                 if manager.has_kernel:  # the kernel and the processes of its group
                     manager.shutdown_kernel(now=True)
@@ -217,12 +234,15 @@ def _run_in_kernel(plan: _Plan, workdir: Path, timeout: int) -> tuple[dict[int, 
     for cell, (_, region, extraction) in zip(nb.cells, plan.cells):
         outputs = cell.get("outputs", [])
         if extraction:
-            found = [o["data"][ANSWER_MIME] for o in outputs
-                     if o.get("output_type") == "display_data" and ANSWER_MIME in o.get("data", {})]
+            found = [
+                o["data"][ANSWER_MIME]
+                for o in outputs
+                if o.get("output_type") == "display_data" and ANSWER_MIME in o.get("data", {})
+            ]
             if found and isinstance(found[0], dict) and region not in answers:
                 answers[region] = found[0]
         elif any(TICK in text for output in outputs for text in _texts(output)):
-            for i in ([region] if region is not None else plan.flags):
+            for i in [region] if region is not None else plan.flags:
                 if FORGED not in plan.flags[i]:
                     plan.flags[i].append(FORGED)
     return answers, stopped
@@ -244,9 +264,14 @@ class CheckServer:
 
     def _start(self):
         self._folder = tempfile.TemporaryDirectory(prefix="attnbook-check-")
-        self._process = subprocess.Popen([sys.executable, "-m", "attnbook.exercises.replay"], cwd=self._folder.name,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                         start_new_session=True)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "attnbook.exercises.replay"],
+            cwd=self._folder.name,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def close(self):
         if self._process is not None:
@@ -272,8 +297,9 @@ class CheckServer:
             self._start()
         process = self._process
         try:
-            replay.write_frame(process.stdin, json.dumps({"module": module, "checker": checker,
-                                                          "timeout": timeout}).encode())
+            replay.write_frame(
+                process.stdin, json.dumps({"module": module, "checker": checker, "timeout": timeout}).encode()
+            )
             replay.write_frame(process.stdin, answer)
             process.stdin.flush()
             ready = select.select([process.stdout], [], [], timeout + 60)[0]
@@ -287,9 +313,11 @@ class CheckServer:
         return record, json.loads(reply)["why"]
 
 
-_WHY = {"timeout": "the check did not finish within {timeout} s",
-        "ended": "your code ended the process that checked it (for example with os._exit, or a crash)",
-        "too large": "what your code returned is too large to check"}
+_WHY = {
+    "timeout": "the check did not finish within {timeout} s",
+    "ended": "your code ended the process that checked it (for example with os._exit, or a crash)",
+    "too large": "what your code returned is too large to check",
+}
 
 
 def _verdict(module: str, checker: str, record: dict) -> tuple[str, str, str]:
@@ -318,8 +346,14 @@ def _verdict(module: str, checker: str, record: dict) -> tuple[str, str, str]:
     return status, message, ""
 
 
-def grade_notebook(path: str | Path, *, chapters: dict[str, catalog.ChapterExercises] | None = None,
-                   chapter: str | None = None, timeout: int = 900, server: CheckServer | None = None) -> list[Outcome]:
+def grade_notebook(
+    path: str | Path,
+    *,
+    chapters: dict[str, catalog.ChapterExercises] | None = None,
+    chapter: str | None = None,
+    timeout: int = 900,
+    server: CheckServer | None = None,
+) -> list[Outcome]:
     """Grade the notebook at ``path``: one :class:`Outcome` per exercise of its chapter, in the book's order.
 
     ``server`` may be shared by several calls (``main`` does); by default each call starts its own.
@@ -381,23 +415,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--csv", type=Path, help="also write the outcomes to this CSV file")
     parser.add_argument("--chapter", help="grade every notebook as this chapter (e.g. 04_queries_keys_values)")
-    parser.add_argument("--chapters", type=Path, help="a chapters.json, or a folder of chapter notebooks, to take "
-                                                       "the exercises from instead of the installed list")
+    parser.add_argument(
+        "--chapters",
+        type=Path,
+        help="a chapters.json, or a folder of chapter notebooks, to take "
+        "the exercises from instead of the installed list",
+    )
     parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per cell and per check")
     args = parser.parse_args(argv)
     chapters = load_chapters(args.chapters)
     rows = []
     with CheckServer() as server:
         for path in args.notebooks:
-            rows.extend(grade_notebook(path, chapters=chapters, chapter=args.chapter, timeout=args.timeout,
-                                       server=server))
+            rows.extend(
+                grade_notebook(path, chapters=chapters, chapter=args.chapter, timeout=args.timeout, server=server)
+            )
     for row in rows:
         print("\t".join([row.notebook, row.exercise, row.status, row.message] + ([row.flag] if row.flag else [])))
     for notebook in dict.fromkeys(r.notebook for r in rows):
         mine = [r for r in rows if r.notebook == notebook]
         flagged = sum(bool(r.flag) for r in mine)
-        print(f"{notebook}: {sum(r.status == PASSED for r in mine)} of {len(mine)} exercises passed"
-              + (f", {flagged} flagged" if flagged else ""))
+        print(
+            f"{notebook}: {sum(r.status == PASSED for r in mine)} of {len(mine)} exercises passed"
+            + (f", {flagged} flagged" if flagged else "")
+        )
     if args.csv:
         with open(args.csv, "w", newline="") as handle:
             writer = csv.writer(handle)

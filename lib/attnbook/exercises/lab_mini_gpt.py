@@ -6,6 +6,7 @@ builds the library's version, gives it the learner's weights, and compares the o
 overwrites each of those weights with seeded random values (:func:`_randomise`), so that the learner's own
 initialisation (zeros, a constant, the identity) cannot make a wrong forward agree with the reference.
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,8 +18,7 @@ from ..blocks import EncoderBlock
 from ..models import GPT, TransformerConfig
 from . import ExerciseFailed, Mistake, Result, check_function
 
-__all__ = ["check_causal_self_attention", "check_block", "check_mini_gpt", "check_next_token_probs",
-           "check_generate"]
+__all__ = ["check_causal_self_attention", "check_block", "check_mini_gpt", "check_next_token_probs", "check_generate"]
 
 _NOT_ATTEMPTED = "not attempted yet: replace the `raise NotImplementedError` with your code."
 
@@ -54,11 +54,16 @@ def _build(exercise: str, make):
 def _linear(exercise: str, module, name: str, d_in: int, d_out: int) -> nn.Linear:
     layer = getattr(module, name, None)
     if not isinstance(layer, nn.Linear):
-        raise ExerciseFailed(exercise, f"your module needs an attribute `{name}` = nn.Linear({d_in}, {d_out}); "
-                                       f"the checker copies weights by these names.")
+        raise ExerciseFailed(
+            exercise,
+            f"your module needs an attribute `{name}` = nn.Linear({d_in}, {d_out}); "
+            f"the checker copies weights by these names.",
+        )
     if (layer.in_features, layer.out_features) != (d_in, d_out):
-        raise ExerciseFailed(exercise, f"`{name}` must map {d_in} features to {d_out}, got nn.Linear("
-                                       f"{layer.in_features}, {layer.out_features}).")
+        raise ExerciseFailed(
+            exercise,
+            f"`{name}` must map {d_in} features to {d_out}, got nn.Linear({layer.in_features}, {layer.out_features}).",
+        )
     return layer
 
 
@@ -92,7 +97,7 @@ def _randomise(g: torch.Generator, *layers: nn.Module) -> None:
             if bias is not None:
                 bias.normal_(0.0, 0.2, generator=g)
         elif isinstance(layer, nn.Linear):
-            bound = layer.in_features ** -0.5
+            bound = layer.in_features**-0.5
             for p in (layer.weight, layer.bias):
                 if p is not None:
                     p.uniform_(-bound, bound, generator=g)
@@ -117,6 +122,7 @@ def _inputs(d: int, shapes):
 
 # --- 1. causal self-attention ---------------------------------------------------------------------
 
+
 def check_causal_self_attention(cls, d_model: int = 16, n_heads: int = 4) -> Result:
     """``cls(d_model, n_heads)`` is causal multi-head self-attention with W_q, W_k, W_v, W_o (nn.Linear)."""
     exercise = "causal self-attention"
@@ -139,7 +145,7 @@ def check_causal_self_attention(cls, d_model: int = 16, n_heads: int = 4) -> Res
             q, k, v = (ref.W_q(x).view(B, H, T, Dh), ref.W_k(x).view(B, H, T, Dh), ref.W_v(x).view(B, H, T, Dh))
         else:
             q, k, v = heads(x, ref.W_q), heads(x, ref.W_k), heads(x, ref.W_v)
-        s = q @ k.transpose(-2, -1) * (Dh ** -0.5 if scale is None else scale)  # (B, H, T, T)
+        s = q @ k.transpose(-2, -1) * (Dh**-0.5 if scale is None else scale)  # (B, H, T, T)
         if causal:
             ones = torch.ones(T, T, dtype=torch.bool)
             allowed = ones.triu() if future else ones.tril()  # upside down: j >= t instead of j <= t
@@ -149,29 +155,50 @@ def check_causal_self_attention(cls, d_model: int = 16, n_heads: int = 4) -> Res
         return ref.W_o(out) if project else out
 
     mistakes = [
-        Mistake("the mask is missing: position t can see the future. Fill the scores above the diagonal "
-                "with -inf before the softmax (e.g. with torch.ones(T, T).tril().bool() as 'may attend').",
-                lambda x: attend(x, causal=False)),
-        Mistake("the mask is upside down: position t may attend to j <= t (the lower triangle, tril), "
-                "not to j >= t.",
-                lambda x: attend(x, future=True)),
-        Mistake("the scores are not scaled: divide q @ k^T by sqrt(Dh), the width of one head "
-                "(d_model / n_heads), not of the whole model.", lambda x: attend(x, scale=1.0)),
-        Mistake("the scores are divided by sqrt(d_model); each head has width Dh = d_model / n_heads, "
-                "so divide by sqrt(Dh).", lambda x: attend(x, scale=d_model ** -0.5)),
-        Mistake("the softmax is over the wrong axis: each query's weights over the keys must sum to 1 (dim=-1).",
-                lambda x: attend(x, dim=-2)),
-        Mistake("the heads are split with view(B, H, T, Dh), which mixes positions and features; use "
-                "view(B, T, H, Dh).transpose(1, 2).", lambda x: attend(x, split="no_transpose")),
-        Mistake("the heads are concatenated but not projected: apply W_o at the end.",
-                lambda x: attend(x, project=False)),
+        Mistake(
+            "the mask is missing: position t can see the future. Fill the scores above the diagonal "
+            "with -inf before the softmax (e.g. with torch.ones(T, T).tril().bool() as 'may attend').",
+            lambda x: attend(x, causal=False),
+        ),
+        Mistake(
+            "the mask is upside down: position t may attend to j <= t (the lower triangle, tril), not to j >= t.",
+            lambda x: attend(x, future=True),
+        ),
+        Mistake(
+            "the scores are not scaled: divide q @ k^T by sqrt(Dh), the width of one head "
+            "(d_model / n_heads), not of the whole model.",
+            lambda x: attend(x, scale=1.0),
+        ),
+        Mistake(
+            "the scores are divided by sqrt(d_model); each head has width Dh = d_model / n_heads, "
+            "so divide by sqrt(Dh).",
+            lambda x: attend(x, scale=d_model**-0.5),
+        ),
+        Mistake(
+            "the softmax is over the wrong axis: each query's weights over the keys must sum to 1 (dim=-1).",
+            lambda x: attend(x, dim=-2),
+        ),
+        Mistake(
+            "the heads are split with view(B, H, T, Dh), which mixes positions and features; use "
+            "view(B, T, H, Dh).transpose(1, 2).",
+            lambda x: attend(x, split="no_transpose"),
+        ),
+        Mistake(
+            "the heads are concatenated but not projected: apply W_o at the end.", lambda x: attend(x, project=False)
+        ),
     ]
     with torch.no_grad():
-        return check_function(module, exercise=exercise, reference=lambda x: ref(x, is_causal=True),
-                              cases=_inputs(d_model, [(2, 5), (1, 8), (3, 1)]), mistakes=mistakes)
+        return check_function(
+            module,
+            exercise=exercise,
+            reference=lambda x: ref(x, is_causal=True),
+            cases=_inputs(d_model, [(2, 5), (1, 8), (3, 1)]),
+            mistakes=mistakes,
+        )
 
 
 # --- 2. the block ---------------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def _copy_block(exercise: str, learner, target: EncoderBlock, d: int, d_ff: int, g: torch.Generator) -> None:
@@ -179,10 +206,12 @@ def _copy_block(exercise: str, learner, target: EncoderBlock, d: int, d_ff: int,
     if not isinstance(attn, nn.Module):
         raise ExerciseFailed(exercise, "your block needs an attribute `attn`, its CausalSelfAttention.")
     _copy_attention(exercise, attn, target.self_attn, d, g)
-    pairs = [(_norm(exercise, learner, "norm_1", d), target.norm_1),
-             (_norm(exercise, learner, "norm_2", d), target.norm_2),
-             (_linear(exercise, learner, "W_1", d, d_ff), target.ffn.W_1),
-             (_linear(exercise, learner, "W_2", d_ff, d), target.ffn.W_2)]
+    pairs = [
+        (_norm(exercise, learner, "norm_1", d), target.norm_1),
+        (_norm(exercise, learner, "norm_2", d), target.norm_2),
+        (_linear(exercise, learner, "W_1", d, d_ff), target.ffn.W_1),
+        (_linear(exercise, learner, "W_2", d_ff, d), target.ffn.W_2),
+    ]
     _randomise(g, *(src for src, _ in pairs))
     for src, dst in pairs:
         dst.load_state_dict(src.state_dict())
@@ -196,8 +225,9 @@ def check_block(cls, d_model: int = 16, n_heads: int = 4, activation: str = "rel
         return Result(exercise, False, _NOT_ATTEMPTED)
     w1 = _linear(exercise, module, "W_1", d_model, getattr(getattr(module, "W_1", None), "out_features", 4 * d_model))
     with _seeded(1):
-        ref = EncoderBlock(d_model, n_heads, w1.out_features, mlp=activation, norm_position="pre",
-                           bias=_has_bias(w1)).eval()
+        ref = EncoderBlock(
+            d_model, n_heads, w1.out_features, mlp=activation, norm_position="pre", bias=_has_bias(w1)
+        ).eval()
     _copy_block(exercise, module, ref, d_model, w1.out_features, torch.Generator().manual_seed(2))
     act = {"relu": F.relu, "gelu": F.gelu}[activation]
     other = {"relu": F.gelu, "gelu": F.relu}[activation]
@@ -205,27 +235,45 @@ def check_block(cls, d_model: int = 16, n_heads: int = 4, activation: str = "rel
     ffn = lambda h, a=act: ref.ffn.W_2(a(ref.ffn.W_1(h)))  # noqa: E731
     n1, n2 = ref.norm_1, ref.norm_2
     mistakes = [
-        Mistake("this is the post-norm (2017) block; the lab's GPT normalises at the entrance of each branch: "
-                "x = x + attn(norm_1(x)), then x = x + ffn(norm_2(x)).",
-                lambda x: (lambda z: n2(z + ffn(z)))(n1(x + attn(x)))),
-        Mistake("a residual connection is missing: each sub-layer adds its output to its input, x = x + ....",
-                lambda x: (lambda z: ffn(n2(z)))(x + attn(n1(x)))),
-        Mistake("the attention's residual connection is missing: x = x + attn(norm_1(x)).",
-                lambda x: (lambda z: z + ffn(n2(z)))(attn(n1(x)))),
-        Mistake("the norms are swapped: norm_1 goes with the attention, norm_2 with the feed-forward network.",
-                lambda x: (lambda z: z + ffn(n1(z)))(x + attn(n2(x)))),
-        Mistake(f"the feed-forward network uses the wrong non-linearity: this lab's model uses {activation}.",
-                lambda x: (lambda z: z + ffn(n2(z), other))(x + attn(n1(x)))),
-        Mistake("the attention in the block is not causal: pass the causal mask (or use your "
-                "CausalSelfAttention, checked above).",
-                lambda x: (lambda z: z + ffn(n2(z)))(x + ref.self_attn(n1(x)))),
+        Mistake(
+            "this is the post-norm (2017) block; the lab's GPT normalises at the entrance of each branch: "
+            "x = x + attn(norm_1(x)), then x = x + ffn(norm_2(x)).",
+            lambda x: (lambda z: n2(z + ffn(z)))(n1(x + attn(x))),
+        ),
+        Mistake(
+            "a residual connection is missing: each sub-layer adds its output to its input, x = x + ....",
+            lambda x: (lambda z: ffn(n2(z)))(x + attn(n1(x))),
+        ),
+        Mistake(
+            "the attention's residual connection is missing: x = x + attn(norm_1(x)).",
+            lambda x: (lambda z: z + ffn(n2(z)))(attn(n1(x))),
+        ),
+        Mistake(
+            "the norms are swapped: norm_1 goes with the attention, norm_2 with the feed-forward network.",
+            lambda x: (lambda z: z + ffn(n1(z)))(x + attn(n2(x))),
+        ),
+        Mistake(
+            f"the feed-forward network uses the wrong non-linearity: this lab's model uses {activation}.",
+            lambda x: (lambda z: z + ffn(n2(z), other))(x + attn(n1(x))),
+        ),
+        Mistake(
+            "the attention in the block is not causal: pass the causal mask (or use your "
+            "CausalSelfAttention, checked above).",
+            lambda x: (lambda z: z + ffn(n2(z)))(x + ref.self_attn(n1(x))),
+        ),
     ]
     with torch.no_grad():
-        return check_function(module, exercise=exercise, reference=lambda x: ref(x, is_causal=True),
-                              cases=_inputs(d_model, [(2, 5), (1, 7)]), mistakes=mistakes)
+        return check_function(
+            module,
+            exercise=exercise,
+            reference=lambda x: ref(x, is_causal=True),
+            cases=_inputs(d_model, [(2, 5), (1, 7)]),
+            mistakes=mistakes,
+        )
 
 
 # --- 3. the model ---------------------------------------------------------------------------------
+
 
 def check_mini_gpt(cls, activation: str = "relu") -> Result:
     """``cls(vocab_size, block_size, d_model, n_heads, n_layers)``: logits (B, T, V) of a pre-norm GPT."""
@@ -240,12 +288,22 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
             raise ExerciseFailed(exercise, f"your model needs `{name}` = nn.Embedding({rows}, {D}).")
     blocks = getattr(module, "blocks", None)
     if not isinstance(blocks, nn.ModuleList) or len(blocks) != L:
-        raise ExerciseFailed(exercise, f"your model needs `blocks` = nn.ModuleList of {L} Blocks (got "
-                                       f"{type(blocks).__name__}).")
+        raise ExerciseFailed(
+            exercise, f"your model needs `blocks` = nn.ModuleList of {L} Blocks (got {type(blocks).__name__})."
+        )
     head = _linear(exercise, module, "lm_head", D, V)
     w1 = _linear(exercise, blocks[0], "W_1", D, getattr(getattr(blocks[0], "W_1", None), "out_features", 4 * D))
-    config = TransformerConfig(vocab_size=V, block_size=T, n_layers=L, n_heads=H, d_model=D, d_ff=w1.out_features,
-                               mlp=activation, bias=_has_bias(w1), tie_weights=False)
+    config = TransformerConfig(
+        vocab_size=V,
+        block_size=T,
+        n_layers=L,
+        n_heads=H,
+        d_model=D,
+        d_ff=w1.out_features,
+        mlp=activation,
+        bias=_has_bias(w1),
+        tie_weights=False,
+    )
     with _seeded(1):
         ref = GPT(config).eval()
     weights = torch.Generator().manual_seed(2)
@@ -267,25 +325,46 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
     g = torch.Generator().manual_seed(5)
     cases = [(torch.randint(V, (2, T), generator=g),), (torch.randint(V, (1, 3), generator=g),)]
     mistakes = [
-        Mistake("the position embeddings are not added: x = tok_emb(idx) + pos_emb(torch.arange(T)).",
-                lambda idx: variant(idx, positions=False)),
-        Mistake("the final LayerNorm is missing: logits = lm_head(norm_f(x)).",
-                lambda idx: variant(idx, final_norm=False)),
-        Mistake("every layer is the same Block: nn.ModuleList([Block(...)] * n_layers) repeats one module "
-                "(and its weights); build a new Block for each layer, nn.ModuleList(Block(...) for _ in "
-                "range(n_layers)).", lambda idx: variant(idx, repeated=True)),
+        Mistake(
+            "the position embeddings are not added: x = tok_emb(idx) + pos_emb(torch.arange(T)).",
+            lambda idx: variant(idx, positions=False),
+        ),
+        Mistake(
+            "the final LayerNorm is missing: logits = lm_head(norm_f(x)).", lambda idx: variant(idx, final_norm=False)
+        ),
+        Mistake(
+            "every layer is the same Block: nn.ModuleList([Block(...)] * n_layers) repeats one module "
+            "(and its weights); build a new Block for each layer, nn.ModuleList(Block(...) for _ in "
+            "range(n_layers)).",
+            lambda idx: variant(idx, repeated=True),
+        ),
     ]
     with torch.no_grad():
-        result = check_function(module, exercise=exercise, reference=ref, cases=cases, mistakes=mistakes,
-                                error_hints=[("index out of range", "the position embedding is indexed with "
-                                              "torch.arange(T), the length of this input, not block_size.")])
+        result = check_function(
+            module,
+            exercise=exercise,
+            reference=ref,
+            cases=cases,
+            mistakes=mistakes,
+            error_hints=[
+                (
+                    "index out of range",
+                    "the position embedding is indexed with torch.arange(T), the length of this input, not block_size.",
+                )
+            ],
+        )
     if module.lm_head.weight is not module.tok_emb.weight:
-        return Result(exercise, True, "correct on every test case. (Tie lm_head.weight to tok_emb.weight to "
-                                      "save V x D parameters, as GPT-2 does.)")
+        return Result(
+            exercise,
+            True,
+            "correct on every test case. (Tie lm_head.weight to tok_emb.weight to "
+            "save V x D parameters, as GPT-2 does.)",
+        )
     return result
 
 
 # --- 4. sampling ----------------------------------------------------------------------------------
+
 
 def _probs(logits, temperature=1.0, top_k=None):
     if top_k is not None:
@@ -297,25 +376,42 @@ def _probs(logits, temperature=1.0, top_k=None):
 def check_next_token_probs(fn) -> Result:
     """``fn(logits, temperature, top_k)``: softmax(logits / τ) restricted to the k largest (top_k=None: all)."""
     g = torch.Generator().manual_seed(2)
-    cases = [(torch.randn(2, 7, generator=g), 1.0, None), (torch.randn(3, 10, generator=g) * 2, 0.5, None),
-             (torch.randn(2, 10, generator=g), 1.0, 3), (torch.randn(4, 6, generator=g), 2.0, 2)]
+    cases = [
+        (torch.randn(2, 7, generator=g), 1.0, None),
+        (torch.randn(3, 10, generator=g) * 2, 0.5, None),
+        (torch.randn(2, 10, generator=g), 1.0, 3),
+        (torch.randn(4, 6, generator=g), 2.0, 2),
+    ]
     mistakes = [
-        Mistake("the logits are multiplied by the temperature; divide them: softmax(logits / τ).",
-                lambda z, t, k: _probs(z * t * t, t, k)),
-        Mistake("top_k is ignored: keep the k largest logits and set the others to -inf before the softmax.",
-                lambda z, t, k: _probs(z, t, None)),
-        Mistake("the k largest are kept after the softmax without renormalising: mask the logits (-inf) "
-                "before the softmax so the kept probabilities sum to 1.",
-                lambda z, t, k: _probs(z, t, None) if k is None else
-                _probs(z, t, None).masked_fill(z < torch.topk(z, k, -1).values[..., -1:], 0.0)),
-        Mistake("the softmax is over the wrong axis: the probabilities of the V tokens must sum to 1 (dim=-1).",
-                lambda z, t, k: torch.softmax(torch.log(_probs(z, 1.0, k)) / t, dim=0)),
+        Mistake(
+            "the logits are multiplied by the temperature; divide them: softmax(logits / τ).",
+            lambda z, t, k: _probs(z * t * t, t, k),
+        ),
+        Mistake(
+            "top_k is ignored: keep the k largest logits and set the others to -inf before the softmax.",
+            lambda z, t, k: _probs(z, t, None),
+        ),
+        Mistake(
+            "the k largest are kept after the softmax without renormalising: mask the logits (-inf) "
+            "before the softmax so the kept probabilities sum to 1.",
+            lambda z, t, k: (
+                _probs(z, t, None)
+                if k is None
+                else _probs(z, t, None).masked_fill(z < torch.topk(z, k, -1).values[..., -1:], 0.0)
+            ),
+        ),
+        Mistake(
+            "the softmax is over the wrong axis: the probabilities of the V tokens must sum to 1 (dim=-1).",
+            lambda z, t, k: torch.softmax(torch.log(_probs(z, 1.0, k)) / t, dim=0),
+        ),
     ]
     return check_function(fn, exercise="next-token probabilities", reference=_probs, cases=cases, mistakes=mistakes)
 
 
 def check_generate(fn, model: GPT | None = None) -> Result:
-    """``fn(model, idx, max_new_tokens, block_size, top_k=1)`` must append tokens one at a time, cropping the context."""
+    """``fn(model, idx, max_new_tokens, block_size, top_k=1)`` must append tokens one at a time, cropping the
+    context.
+    """
     exercise = "generation"
     if model is None:
         with _seeded(3):
@@ -332,9 +428,22 @@ def check_generate(fn, model: GPT | None = None) -> Result:
     def reference(idx, n):
         return model.generate(idx, n, temperature=0)
 
-    return check_function(run, exercise=exercise, reference=reference, cases=cases,
-                          mistakes=[Mistake("only the new tokens are returned; return the prompt followed by them.",
-                                            lambda idx, n: reference(idx, n)[:, idx.shape[1]:])],
-                          error_hints=[("longer than the model's block_size",
-                                        "the context grows past block_size: feed the model only the last "
-                                        "block_size tokens, idx[:, -block_size:].")])
+    return check_function(
+        run,
+        exercise=exercise,
+        reference=reference,
+        cases=cases,
+        mistakes=[
+            Mistake(
+                "only the new tokens are returned; return the prompt followed by them.",
+                lambda idx, n: reference(idx, n)[:, idx.shape[1] :],
+            )
+        ],
+        error_hints=[
+            (
+                "longer than the model's block_size",
+                "the context grows past block_size: feed the model only the last "
+                "block_size tokens, idx[:, -block_size:].",
+            )
+        ],
+    )

@@ -26,6 +26,7 @@ with its submodules and weights, its own ``forward`` replayed), and plain values
 ``...``). Learner-defined submodules are rebuilt as empty shells with their weights; calling one of them
 from the checker is reported as a mismatch, since the record does not hold it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,16 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["Recorder", "Replayer", "RecordMismatch", "LearnerExit", "record_exercise", "load_record",
-           "serve", "MAX_RECORD_BYTES"]
+__all__ = [
+    "Recorder",
+    "Replayer",
+    "RecordMismatch",
+    "LearnerExit",
+    "record_exercise",
+    "load_record",
+    "serve",
+    "MAX_RECORD_BYTES",
+]
 
 FORMAT = 1
 MAX_RECORD_BYTES = 256 * 2**20  # a record larger than this is refused, not read
@@ -67,6 +76,12 @@ class LearnerExit(BaseException):
 
 
 # --- the record: data only -------------------------------------------------------------------------------
+
+
+def _fixed_repr(text: str):
+    """A ``__repr__`` that returns ``text``."""
+    return lambda self: text
+
 
 def _text(value: Any) -> str:
     try:
@@ -133,6 +148,7 @@ def digest(value: Any) -> str:
 
 # --- recording (in the process that runs the learner's code) ---------------------------------------------
 
+
 class Recorder:
     """Wraps a learner's answer so that every call the checker makes into it is written down."""
 
@@ -162,9 +178,12 @@ class Recorder:
             try:
                 result = target(*args, **kwargs)
             except BaseException as error:
-                entry["error"] = {"type": type(error).__name__[:_MAX_TEXT], "message": _text(error),
-                                  "where": where(error) if isinstance(error, Exception) else "",
-                                  "exit": not isinstance(error, Exception)}
+                entry["error"] = {
+                    "type": type(error).__name__[:_MAX_TEXT],
+                    "message": _text(error),
+                    "where": where(error) if isinstance(error, Exception) else "",
+                    "exit": not isinstance(error, Exception),
+                }
                 self.calls.append(entry)
                 raise
             finally:
@@ -202,11 +221,15 @@ class Recorder:
                 return _opaque(value)
             return _plain_tensor(value)
         if isinstance(value, (tuple, list)) and len(value) <= _MAX_ITEMS:
-            return {"~": "tuple" if isinstance(value, tuple) else "list",
-                    "items": [self.encode(v, depth + 1) for v in value]}
+            return {
+                "~": "tuple" if isinstance(value, tuple) else "list",
+                "items": [self.encode(v, depth + 1) for v in value],
+            }
         if isinstance(value, dict) and len(value) <= _MAX_ITEMS:
-            return {"~": "dict", "items": [[self.encode(k, depth + 1), self.encode(v, depth + 1)]
-                                           for k, v in value.items()]}
+            return {
+                "~": "dict",
+                "items": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in value.items()],
+            }
         if isinstance(value, nn.Module):
             return self._encode_module(value)
         return _opaque(value)
@@ -225,14 +248,20 @@ class Recorder:
                     index[id(p)] = len(parameters)
                     parameters.append(_plain_tensor(p))
                 params[name] = None if p is None else [index[id(p)], bool(p.requires_grad)]
-            return {"class": f"{base.__module__}:{base.__qualname__}", "type": type(m).__name__[:_MAX_TEXT],
-                    "training": bool(m.training),
-                    "attrs": {k: v for k, v in vars(m).items()
-                              if type(k) is str and k not in _MODULE_INTERNALS and not hasattr(base, k) and _primitive(v)},
-                    "params": params,
-                    "buffers": {k: None if b is None else _plain_tensor(b) for k, b in m._buffers.items()},
-                    "non_persistent": sorted(m._non_persistent_buffers_set),
-                    "children": {k: None if c is None else node(c, depth + 1) for k, c in m._modules.items()}}
+            return {
+                "class": f"{base.__module__}:{base.__qualname__}",
+                "type": type(m).__name__[:_MAX_TEXT],
+                "training": bool(m.training),
+                "attrs": {
+                    k: v
+                    for k, v in vars(m).items()
+                    if type(k) is str and k not in _MODULE_INTERNALS and not hasattr(base, k) and _primitive(v)
+                },
+                "params": params,
+                "buffers": {k: None if b is None else _plain_tensor(b) for k, b in m._buffers.items()},
+                "non_persistent": sorted(m._non_persistent_buffers_set),
+                "children": {k: None if c is None else node(c, depth + 1) for k, c in m._modules.items()},
+            }
 
         tree = node(module, 0)
         # the checker may call the module next: its forward is recorded like a function (no line of the
@@ -308,7 +337,7 @@ def _record_in_child(job: dict, answer: bytes) -> tuple[dict, bytes]:
             torch.save(record_exercise(job["module"], job["checker"], answer), buffer)
             view = memoryview(buffer.getvalue())
             while view:
-                view = view[os.write(write_end, view):]
+                view = view[os.write(write_end, view) :]
             status = 0
         finally:
             os._exit(status)
@@ -372,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # --- replaying (in the grader's process; no code of the learner runs here) ------------------------------
 
+
 def load_record(data: bytes) -> dict:
     """A record, read as data only; a record that is too large or not of the expected form is refused."""
     if len(data) > MAX_RECORD_BYTES:
@@ -380,8 +410,12 @@ def load_record(data: bytes) -> dict:
         record = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as error:  # noqa: BLE001 - anything that is not plain data
         raise RecordMismatch(f"the record could not be read as plain data ({type(error).__name__})") from None
-    if (type(record) is not dict or record.get("format") != FORMAT or type(record.get("calls")) is not list
-            or type(record.get("ended")) is not str):
+    if (
+        type(record) is not dict
+        or record.get("format") != FORMAT
+        or type(record.get("calls")) is not list
+        or type(record.get("ended")) is not str
+    ):
         raise RecordMismatch("the record is not in the grader's format")
     return record
 
@@ -413,8 +447,10 @@ def _torch_module_class(path: Any) -> type:
     module_name, qualname = path.split(":", 1)
     if module_name == "torch.nn.modules.module" and qualname == "Module":
         return nn.Module
-    _check(module_name.startswith("torch.nn.modules.") and module_name in sys.modules,
-           f"a module class outside torch.nn ({path})")
+    _check(
+        module_name.startswith("torch.nn.modules.") and module_name in sys.modules,
+        f"a module class outside torch.nn ({path})",
+    )
     cls = sys.modules[module_name]
     for part in qualname.split("."):
         cls = getattr(cls, part, None)
@@ -423,8 +459,9 @@ def _torch_module_class(path: Any) -> type:
 
 
 def _not_recorded(self, *args, **kwargs):
-    raise RecordMismatch(f"the checker called a part of your module ({type(self).__name__}) that the record "
-                         "does not hold")
+    raise RecordMismatch(
+        f"the checker called a part of your module ({type(self).__name__}) that the record does not hold"
+    )
 
 
 class Replayer:
@@ -439,7 +476,7 @@ class Replayer:
         _check(type(info) is dict and info.get("kind") in ("callable", "value"), "no answer")
         if info["kind"] == "value":
             return self.decode(info.get("value"))
-        cls = _named(_ReplayCall, info.get("type"), {"__repr__": lambda self, text=_text(info.get("repr")): text})
+        cls = _named(_ReplayCall, info.get("type"), {"__repr__": _fixed_repr(_text(info.get("repr")))})
         stand_in = cls()
         stand_in._replayer = self
         return stand_in
@@ -457,8 +494,10 @@ class Replayer:
         return self.decode(entry["result"])
 
     def _error(self, info: Any) -> BaseException:
-        _check(type(info) is dict and all(type(info.get(k)) is str for k in ("type", "message", "where")),
-               "an error of the wrong form")
+        _check(
+            type(info) is dict and all(type(info.get(k)) is str for k in ("type", "message", "where")),
+            "an error of the wrong form",
+        )
         if info.get("exit"):
             return LearnerExit(f"{info['type']}: {info['message']}".rstrip(": "))
         if info["type"] == "NotImplementedError":
@@ -493,7 +532,7 @@ class Replayer:
                 out[key] = self.decode(pair[1], depth + 1)
             return out
         if tag == "opaque":
-            return _named(_Opaque, data.get("type"), {"__repr__": lambda self, text=_text(data.get("repr")): text})()
+            return _named(_Opaque, data.get("type"), {"__repr__": _fixed_repr(_text(data.get("repr")))})()
         if tag == "module":
             return self._module(data)
         raise RecordMismatch(f"the record holds an unknown tag {tag!r}")
@@ -516,8 +555,14 @@ class Replayer:
             module = cls.__new__(cls)
             nn.Module.__init__(module)
             attrs = node.get("attrs")
-            _check(type(attrs) is dict and all(type(k) is str and k not in _MODULE_INTERNALS and not hasattr(base, k)
-                                               and _primitive(v) for k, v in attrs.items()), "bad module attributes")
+            _check(
+                type(attrs) is dict
+                and all(
+                    type(k) is str and k not in _MODULE_INTERNALS and not hasattr(base, k) and _primitive(v)
+                    for k, v in attrs.items()
+                ),
+                "bad module attributes",
+            )
             module.__dict__.update(attrs)
             module.training = bool(node.get("training"))
             params, buffers, children = node.get("params"), node.get("buffers"), node.get("children")
@@ -527,8 +572,10 @@ class Replayer:
                 if ref is None:
                     module._parameters[name] = None
                     continue
-                _check(type(ref) is list and len(ref) == 2 and type(ref[0]) is int and 0 <= ref[0] < len(parameters),
-                       "a parameter of the wrong form")
+                _check(
+                    type(ref) is list and len(ref) == 2 and type(ref[0]) is int and 0 <= ref[0] < len(parameters),
+                    "a parameter of the wrong form",
+                )
                 if ref[0] not in shared:
                     shared[ref[0]] = nn.Parameter(parameters[ref[0]], requires_grad=bool(ref[1]))
                 module._parameters[name] = shared[ref[0]]

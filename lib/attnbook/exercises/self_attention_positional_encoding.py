@@ -1,4 +1,5 @@
 """Checkers for the exercises of the chapter on self-attention and positional encoding."""
+
 from __future__ import annotations
 
 import math
@@ -32,38 +33,65 @@ def _cross(X, Z, W_q, W_k, W_v, *, scale=None, dim=-1):
 
 def check_cross_attention(fn) -> Result:
     """``fn(X, Z, W_q, W_k, W_v)``: queries from X (..., n, D), keys and values from Z (..., m, D)."""
+
     def reference(X, Z, W_q, W_k, W_v):
         return attention.scaled_dot_product_attention(X @ W_q, Z @ W_k, Z @ W_v)
 
     mistakes = [
-        Mistake("the keys and values come from X: that is self-attention. In cross-attention only the queries "
-                "come from X; the keys and the values both come from Z (K = Z W_k, V = Z W_v).",
-                lambda X, Z, W_q, W_k, W_v: _cross(X, X, W_q, W_k, W_v)),
-        Mistake("the values come from X; they must come from Z, like the keys (each key has its value).",
-                lambda X, Z, W_q, W_k, W_v: torch.softmax(
-                    (X @ W_q) @ (Z @ W_k).transpose(-2, -1) / math.sqrt(W_q.shape[-1]), -1) @ (X @ W_v)),
-        Mistake("the roles are swapped: the queries must come from X and the keys and values from Z, so the "
-                "output has one row per row of X.",
-                lambda X, Z, W_q, W_k, W_v: _cross(Z, X, W_q, W_k, W_v)),
-        Mistake("the scores are not scaled: divide by sqrt(Dk), the width of the projected queries and keys.",
-                lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, scale=1.0)),
-        Mistake("the scores are divided by sqrt(D), the width of the inputs; divide by sqrt(Dk), the width of "
-                "the projected queries and keys (W_q.shape[-1]).",
-                lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, scale=1 / math.sqrt(X.shape[-1]))),
-        Mistake("the softmax is over the wrong axis: each query's weights over the keys must sum to 1 (dim=-1).",
-                lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, dim=-2)),
-        Mistake("the weights are transposed: in this book the inputs are rows, so the projection is X @ W_q "
-                "(not X @ W_q.T).",
-                lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q.T, W_k.T, W_v.T)),
+        Mistake(
+            "the keys and values come from X: that is self-attention. In cross-attention only the queries "
+            "come from X; the keys and the values both come from Z (K = Z W_k, V = Z W_v).",
+            lambda X, Z, W_q, W_k, W_v: _cross(X, X, W_q, W_k, W_v),
+        ),
+        Mistake(
+            "the values come from X; they must come from Z, like the keys (each key has its value).",
+            lambda X, Z, W_q, W_k, W_v: (
+                torch.softmax((X @ W_q) @ (Z @ W_k).transpose(-2, -1) / math.sqrt(W_q.shape[-1]), -1) @ (X @ W_v)
+            ),
+        ),
+        Mistake(
+            "the roles are swapped: the queries must come from X and the keys and values from Z, so the "
+            "output has one row per row of X.",
+            lambda X, Z, W_q, W_k, W_v: _cross(Z, X, W_q, W_k, W_v),
+        ),
+        Mistake(
+            "the scores are not scaled: divide by sqrt(Dk), the width of the projected queries and keys.",
+            lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, scale=1.0),
+        ),
+        Mistake(
+            "the scores are divided by sqrt(D), the width of the inputs; divide by sqrt(Dk), the width of "
+            "the projected queries and keys (W_q.shape[-1]).",
+            lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, scale=1 / math.sqrt(X.shape[-1])),
+        ),
+        Mistake(
+            "the softmax is over the wrong axis: each query's weights over the keys must sum to 1 (dim=-1).",
+            lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, dim=-2),
+        ),
+        Mistake(
+            "the weights are transposed: in this book the inputs are rows, so the projection is X @ W_q "
+            "(not X @ W_q.T).",
+            lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q.T, W_k.T, W_v.T),
+        ),
     ]
-    return check_function(fn, exercise="cross-attention", reference=reference, cases=_cross_cases(),
-                          mistakes=mistakes,
-                          error_hints=[("cannot be multiplied", "check the shapes: X @ W_q is (..., n, Dk), "
-                                        "Z @ W_k is (..., m, Dk), and the scores are Q @ K.transpose(-2, -1).")])
+    return check_function(
+        fn,
+        exercise="cross-attention",
+        reference=reference,
+        cases=_cross_cases(),
+        mistakes=mistakes,
+        error_hints=[
+            (
+                "cannot be multiplied",
+                "check the shapes: X @ W_q is (..., n, Dk), "
+                "Z @ W_k is (..., m, Dk), and the scores are Q @ K.transpose(-2, -1).",
+            )
+        ],
+    )
 
 
 def check_sinusoidal_2d(fn) -> Result:
     """``fn(height, width, d_model)``: rows' encoding in the first half, columns' in the second, row-major."""
+
     def half(n, d):
         return positional.sinusoidal(n, d, dtype=torch.float64)
 
@@ -81,24 +109,42 @@ def check_sinusoidal_2d(fn) -> Result:
         return out.reshape(height * width, d_model)
 
     mistakes = [
-        Mistake("the halves are swapped: the first d_model/2 dimensions encode the row, the last d_model/2 "
-                "the column.", lambda h, w, d: grid(h, w, d, row_first=False)),
-        Mistake("the cells are listed column by column; list them row by row (cell (r, c) is token r * width + c), "
-                "the order in which a patch embedding flattens an image.", lambda h, w, d: grid(h, w, d, row_major=False)),
-        Mistake("the row and column values are interleaved dimension by dimension; put the row's encoding in "
-                "the first half and the column's in the second (torch.cat on the last dimension).",
-                lambda h, w, d: grid(h, w, d, interleave=True)),
-        Mistake("both halves encode the row; the second half must encode the column.",
-                lambda h, w, d: grid(h, w, d, same=True)),
-        Mistake("each half must be the encoding of width d_model / 2 (sinusoidal(n, d_model // 2)), not the first "
-                "half of a width-d_model encoding.",
-                lambda h, w, d: torch.cat([half(h, d)[:, None, : d // 2].expand(h, w, -1),
-                                           half(w, d)[None, :, : d // 2].expand(h, w, -1)], -1).reshape(h * w, d)),
+        Mistake(
+            "the halves are swapped: the first d_model/2 dimensions encode the row, the last d_model/2 the column.",
+            lambda h, w, d: grid(h, w, d, row_first=False),
+        ),
+        Mistake(
+            "the cells are listed column by column; list them row by row (cell (r, c) is token r * width + c), "
+            "the order in which a patch embedding flattens an image.",
+            lambda h, w, d: grid(h, w, d, row_major=False),
+        ),
+        Mistake(
+            "the row and column values are interleaved dimension by dimension; put the row's encoding in "
+            "the first half and the column's in the second (torch.cat on the last dimension).",
+            lambda h, w, d: grid(h, w, d, interleave=True),
+        ),
+        Mistake(
+            "both halves encode the row; the second half must encode the column.",
+            lambda h, w, d: grid(h, w, d, same=True),
+        ),
+        Mistake(
+            "each half must be the encoding of width d_model / 2 (sinusoidal(n, d_model // 2)), not the first "
+            "half of a width-d_model encoding.",
+            lambda h, w, d: torch.cat(
+                [half(h, d)[:, None, : d // 2].expand(h, w, -1), half(w, d)[None, :, : d // 2].expand(h, w, -1)], -1
+            ).reshape(h * w, d),
+        ),
     ]
     cases = [(2, 3, 8), (4, 4, 16), (3, 5, 12)]
-    return check_function(fn, exercise="2D sinusoidal encoding", cases=cases, mistakes=mistakes,
-                          reference=lambda h, w, d: positional.sinusoidal_2d(h, w, d, dtype=torch.float64),
-                          atol=1e-6, rtol=1e-5)
+    return check_function(
+        fn,
+        exercise="2D sinusoidal encoding",
+        cases=cases,
+        mistakes=mistakes,
+        reference=lambda h, w, d: positional.sinusoidal_2d(h, w, d, dtype=torch.float64),
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 def _rotate(pe, k, *, sign=1.0, exponent_step=2.0, halves=False):
@@ -106,7 +152,7 @@ def _rotate(pe, k, *, sign=1.0, exponent_step=2.0, halves=False):
     w = 10000.0 ** (-exponent_step * torch.arange(d // 2, dtype=torch.float64) / d)  # (D/2,)
     c, s = torch.cos(k * w), sign * torch.sin(k * w)
     if halves:
-        sin, cos = pe[..., : d // 2], pe[..., d // 2:]
+        sin, cos = pe[..., : d // 2], pe[..., d // 2 :]
     else:
         sin, cos = pe[..., 0::2], pe[..., 1::2]  # (..., D/2) each
     new_sin, new_cos = sin * c + cos * s, cos * c - sin * s
@@ -124,26 +170,48 @@ def check_shift(fn) -> Result:
         pe = positional.sinusoidal(600, d, dtype=torch.float64)[positions]  # (n, D)
         cases.append((pe, k))
     mistakes = [
-        Mistake("the rotation goes the wrong way: your function returns PE(p - k). With pairs (s, c) = "
-                "(sin, cos), the new sine is s cos(k w) + c sin(k w) and the new cosine c cos(k w) - s sin(k w).",
-                lambda pe, k: _rotate(pe, k, sign=-1.0)),
-        Mistake("the pairs are the dimensions (2i, 2i+1) (sine in the even one, cosine in the odd one), "
-                "not the first and the second half of the vector.", lambda pe, k: _rotate(pe, k, halves=True)),
-        Mistake("the frequency of pair i is 10000^(-2i / d_model): the exponent has 2i, not i.",
-                lambda pe, k: _rotate(pe, k, exponent_step=1.0)),
+        Mistake(
+            "the rotation goes the wrong way: your function returns PE(p - k). With pairs (s, c) = "
+            "(sin, cos), the new sine is s cos(k w) + c sin(k w) and the new cosine c cos(k w) - s sin(k w).",
+            lambda pe, k: _rotate(pe, k, sign=-1.0),
+        ),
+        Mistake(
+            "the pairs are the dimensions (2i, 2i+1) (sine in the even one, cosine in the odd one), "
+            "not the first and the second half of the vector.",
+            lambda pe, k: _rotate(pe, k, halves=True),
+        ),
+        Mistake(
+            "the frequency of pair i is 10000^(-2i / d_model): the exponent has 2i, not i.",
+            lambda pe, k: _rotate(pe, k, exponent_step=1.0),
+        ),
     ]
-    return check_function(fn, exercise="shifting a positional encoding", cases=cases, mistakes=mistakes,
-                          reference=lambda pe, k: _rotate(pe, k), atol=1e-6, rtol=1e-5)
+    return check_function(
+        fn,
+        exercise="shifting a positional encoding",
+        cases=cases,
+        mistakes=mistakes,
+        reference=lambda pe, k: _rotate(pe, k),
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 def check_pe_self_dot(answer, d_model: int = 128) -> Result:
     """PE(p) . PE(p) for the sinusoidal encoding of width d_model (the same for every position p)."""
     return check_number(
-        answer, exercise=f"PE(p) . PE(p) for d_model = {d_model}", expected=d_model / 2, rel_tol=1e-6,
+        answer,
+        exercise=f"PE(p) . PE(p) for d_model = {d_model}",
+        expected=d_model / 2,
+        rel_tol=1e-6,
         mistakes=[
-            (f"each of the {d_model // 2} (sin, cos) pairs contributes sin^2 + cos^2 = 1, not each dimension.",
-             float(d_model)),
-            ("that is the length |PE(p)|; the dot product of a vector with itself is the square of its length.",
-             math.sqrt(d_model / 2)),
+            (
+                f"each of the {d_model // 2} (sin, cos) pairs contributes sin^2 + cos^2 = 1, not each dimension.",
+                float(d_model),
+            ),
+            (
+                "that is the length |PE(p)|; the dot product of a vector with itself is the square of its length.",
+                math.sqrt(d_model / 2),
+            ),
             ("the encodings are not normalised to length 1: count what each (sin, cos) pair contributes.", 1.0),
-        ])
+        ],
+    )

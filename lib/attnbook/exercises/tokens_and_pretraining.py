@@ -1,5 +1,6 @@
 """Checkers for the exercises of the chapter on tokens and pretraining: BPE's pair counts, BERT's masking
 rule, the masks of the three families, and LoRA's parameter count."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -14,6 +15,7 @@ __all__ = ["check_count_pairs", "check_bert_corruption", "check_family_masks", "
 
 
 # --- BPE: counting adjacent pairs ------------------------------------------------------------------------
+
 
 def _count_pairs(words):
     counts = Counter()
@@ -55,16 +57,23 @@ def check_count_pairs(fn) -> Result:
         ({("Ġ", "t", "h", "e"): 10, ("t", "h", "e", "e"): 1, ("Ġ", "t", "o"): 4},),
     ]
     mistakes = [
-        Mistake("each word counts once: multiply every pair of a word by how often the word occurs "
-                "(words[word]).", _count_pairs_once_per_word),
-        Mistake("a pair that occurs twice in one word counts twice (for example ('a', 'a') in 'a a a'); "
-                "do not turn the pairs of a word into a set.", _count_distinct_pairs),
+        Mistake(
+            "each word counts once: multiply every pair of a word by how often the word occurs (words[word]).",
+            _count_pairs_once_per_word,
+        ),
+        Mistake(
+            "a pair that occurs twice in one word counts twice (for example ('a', 'a') in 'a a a'); "
+            "do not turn the pairs of a word into a set.",
+            _count_distinct_pairs,
+        ),
     ]
-    return check_function(_as_plain_dict(fn), exercise="counting BPE pairs", reference=_count_pairs, cases=cases,
-                          mistakes=mistakes)
+    return check_function(
+        _as_plain_dict(fn), exercise="counting BPE pairs", reference=_count_pairs, cases=cases, mistakes=mistakes
+    )
 
 
 # --- BERT's corruption rule -------------------------------------------------------------------------------
+
 
 def _corrupt(ids, chosen, u, random_ids, mask_id):
     inputs = ids.clone()
@@ -107,20 +116,32 @@ def check_bert_corruption(fn) -> Result:
         return _corrupt(ids, chosen, torch.where(u < 0.8, u * 0.1 / 0.8 + 0.8, (u - 0.8) * 8.0), r, m)
 
     mistakes = [
-        Mistake("labels must be IGNORE_INDEX (-100) at the positions that were not chosen: the loss is computed "
-                "only where the model has to predict.", labels_everywhere),
+        Mistake(
+            "labels must be IGNORE_INDEX (-100) at the positions that were not chosen: the loss is computed "
+            "only where the model has to predict.",
+            labels_everywhere,
+        ),
         Mistake("only the chosen positions may change; the others stay as they are.", everywhere),
-        Mistake("the labels are the original tokens (ids), not the corrupted inputs: the model must recover "
-                "what was there.", labels_from_inputs),
-        Mistake("every chosen token became the mask: 10% must become a random token (0.8 <= u < 0.9) and 10% "
-                "stay unchanged (u >= 0.9).", all_masked),
-        Mistake("the shares are the wrong way round: u < 0.8 gives the mask (80%), 0.8 <= u < 0.9 a random "
-                "token (10%).", swapped_shares),
+        Mistake(
+            "the labels are the original tokens (ids), not the corrupted inputs: the model must recover "
+            "what was there.",
+            labels_from_inputs,
+        ),
+        Mistake(
+            "every chosen token became the mask: 10% must become a random token (0.8 <= u < 0.9) and 10% "
+            "stay unchanged (u >= 0.9).",
+            all_masked,
+        ),
+        Mistake(
+            "the shares are the wrong way round: u < 0.8 gives the mask (80%), 0.8 <= u < 0.9 a random token (10%).",
+            swapped_shares,
+        ),
     ]
     return check_function(fn, exercise="BERT's 80/10/10 rule", reference=_corrupt, cases=cases, mistakes=mistakes)
 
 
 # --- The masks of the three families ----------------------------------------------------------------------
+
 
 def _family_masks(S, T):
     return (torch.ones(S, S, dtype=torch.bool), attention.causal_mask(T), torch.ones(T, S, dtype=torch.bool))
@@ -134,39 +155,67 @@ def check_family_masks(fn) -> Result:
     """
     cases = [(4, 3), (5, 6), (1, 2)]
     mistakes = [
-        Mistake("the encoder is bidirectional: every source position may attend to every other one (all True).",
-                lambda S, T: (attention.causal_mask(S), attention.causal_mask(T), torch.ones(T, S, dtype=torch.bool))),
-        Mistake("the decoder's self-attention must be causal: position t sees positions <= t only.",
-                lambda S, T: (torch.ones(S, S, dtype=torch.bool), torch.ones(T, T, dtype=torch.bool),
-                              torch.ones(T, S, dtype=torch.bool))),
-        Mistake("cross-attention is not causal: the whole source is known before decoding starts, so every "
-                "target position may look at every source position.",
-                lambda S, T: (torch.ones(S, S, dtype=torch.bool), attention.causal_mask(T), attention.causal_mask(T, S))),
-        Mistake("the cross-attention mask has one row per query (target position) and one column per key "
-                "(source position): shape (T, S).",
-                lambda S, T: (torch.ones(S, S, dtype=torch.bool), attention.causal_mask(T), torch.ones(S, T, dtype=torch.bool))),
+        Mistake(
+            "the encoder is bidirectional: every source position may attend to every other one (all True).",
+            lambda S, T: (attention.causal_mask(S), attention.causal_mask(T), torch.ones(T, S, dtype=torch.bool)),
+        ),
+        Mistake(
+            "the decoder's self-attention must be causal: position t sees positions <= t only.",
+            lambda S, T: (
+                torch.ones(S, S, dtype=torch.bool),
+                torch.ones(T, T, dtype=torch.bool),
+                torch.ones(T, S, dtype=torch.bool),
+            ),
+        ),
+        Mistake(
+            "cross-attention is not causal: the whole source is known before decoding starts, so every "
+            "target position may look at every source position.",
+            lambda S, T: (torch.ones(S, S, dtype=torch.bool), attention.causal_mask(T), attention.causal_mask(T, S)),
+        ),
+        Mistake(
+            "the cross-attention mask has one row per query (target position) and one column per key "
+            "(source position): shape (T, S).",
+            lambda S, T: (
+                torch.ones(S, S, dtype=torch.bool),
+                attention.causal_mask(T),
+                torch.ones(S, T, dtype=torch.bool),
+            ),
+        ),
     ]
-    result = check_function(fn, exercise="the masks of the three families", reference=_family_masks, cases=cases,
-                            mistakes=mistakes)
+    result = check_function(
+        fn, exercise="the masks of the three families", reference=_family_masks, cases=cases, mistakes=mistakes
+    )
     if result.passed:
         out = fn(4, 3)
         if any(isinstance(m, torch.Tensor) and m.dtype != torch.bool for m in out):
-            raise ExerciseFailed("the masks of the three families",
-                                 "the masks must be boolean (dtype torch.bool): True means 'may attend'.")
+            raise ExerciseFailed(
+                "the masks of the three families",
+                "the masks must be boolean (dtype torch.bool): True means 'may attend'.",
+            )
     return result
 
 
 # --- LoRA's parameter count -------------------------------------------------------------------------------
 
+
 def check_lora_parameters(answer, *, d_model: int = 768, n_layers: int = 12, r: int = 8) -> Result:
     """Trainable numbers of LoRA with rank r on W_q and W_v (each d_model x d_model) of every layer."""
     per_matrix = r * (d_model + d_model)
     return check_number(
-        answer, exercise="LoRA's trainable parameters", expected=n_layers * 2 * per_matrix, rel_tol=1e-9,
+        answer,
+        exercise="LoRA's trainable parameters",
+        expected=n_layers * 2 * per_matrix,
+        rel_tol=1e-9,
         mistakes=[
-            ("that is half the answer: either one matrix per layer (LoRA adapts two here, W_q and W_v), or A "
-             "alone (r x d_in; B, d_out x r, is trained too).", n_layers * per_matrix),
-            ("that is the full update B A (d x d): LoRA trains its two thin factors, r (d_in + d_out) numbers.",
-             n_layers * 2 * d_model * d_model),
+            (
+                "that is half the answer: either one matrix per layer (LoRA adapts two here, W_q and W_v), or A "
+                "alone (r x d_in; B, d_out x r, is trained too).",
+                n_layers * per_matrix,
+            ),
+            (
+                "that is the full update B A (d x d): LoRA trains its two thin factors, r (d_in + d_out) numbers.",
+                n_layers * 2 * d_model * d_model,
+            ),
             ("that is a single layer; the model has n_layers of them.", 2 * per_matrix),
-        ])
+        ],
+    )

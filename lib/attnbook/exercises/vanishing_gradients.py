@@ -1,4 +1,5 @@
 """Checkers for the exercises of the chapter on vanishing and exploding gradients."""
+
 from __future__ import annotations
 
 import math
@@ -18,6 +19,7 @@ def _randn(g: torch.Generator, *shape, scale: float = 1.0) -> torch.Tensor:
 
 # --- how far back an input reaches ----------------------------------------------------------------------
 
+
 def _input_gradient(W_xh, W_hh, T):
     return torch.linalg.matrix_power(W_hh, T - 1) @ W_xh  # (H, D)
 
@@ -33,27 +35,45 @@ def _input_gradient_cases():
 def check_input_gradient(fn) -> Result:
     """``fn(W_xh, W_hh, T)`` must return d h_T / d x_1 = W_hh^(T-1) W_xh for a linear RNN (an (H, D) matrix)."""
     mistakes = [
-        Mistake("one factor of W_hh too many: x_1 enters h_1 through W_xh, and h_1 reaches h_T through T - 1 "
-                "steps, so the answer is W_hh^(T-1) W_xh.",
-                lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T) @ W_xh),
-        Mistake("one factor of W_hh too few: from h_1 to h_T there are T - 1 steps, each multiplying by W_hh.",
-                lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, max(T - 2, 0)) @ W_xh),
-        Mistake("W_xh is missing: that is d h_T / d h_1; the input x_1 first goes through W_xh.",
-                lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T - 1)),
-        Mistake("the product is in the wrong order: the chain rule puts the step nearest to h_T on the left, "
-                "W_hh^(T-1) @ W_xh.",
-                lambda W_xh, W_hh, T: W_xh @ torch.linalg.matrix_power(W_hh, T - 1)),
-        Mistake("W_hh ** (T - 1) raises each entry to a power; use the matrix power, "
-                "torch.linalg.matrix_power(W_hh, T - 1).",
-                lambda W_xh, W_hh, T: (W_hh ** (T - 1)) @ W_xh),
-        Mistake("that uses the transpose of W_hh: the Jacobian of h_t = W_hh h_{t-1} + ... is W_hh itself.",
-                lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh.T, T - 1) @ W_xh),
+        Mistake(
+            "one factor of W_hh too many: x_1 enters h_1 through W_xh, and h_1 reaches h_T through T - 1 "
+            "steps, so the answer is W_hh^(T-1) W_xh.",
+            lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T) @ W_xh,
+        ),
+        Mistake(
+            "one factor of W_hh too few: from h_1 to h_T there are T - 1 steps, each multiplying by W_hh.",
+            lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, max(T - 2, 0)) @ W_xh,
+        ),
+        Mistake(
+            "W_xh is missing: that is d h_T / d h_1; the input x_1 first goes through W_xh.",
+            lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T - 1),
+        ),
+        Mistake(
+            "the product is in the wrong order: the chain rule puts the step nearest to h_T on the left, "
+            "W_hh^(T-1) @ W_xh.",
+            lambda W_xh, W_hh, T: W_xh @ torch.linalg.matrix_power(W_hh, T - 1),
+        ),
+        Mistake(
+            "W_hh ** (T - 1) raises each entry to a power; use the matrix power, "
+            "torch.linalg.matrix_power(W_hh, T - 1).",
+            lambda W_xh, W_hh, T: (W_hh ** (T - 1)) @ W_xh,
+        ),
+        Mistake(
+            "that uses the transpose of W_hh: the Jacobian of h_t = W_hh h_{t-1} + ... is W_hh itself.",
+            lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh.T, T - 1) @ W_xh,
+        ),
     ]
-    return check_function(fn, exercise="how far back an input reaches", reference=_input_gradient,
-                          cases=_input_gradient_cases(), mistakes=mistakes)
+    return check_function(
+        fn,
+        exercise="how far back an input reaches",
+        reference=_input_gradient,
+        cases=_input_gradient_cases(),
+        mistakes=mistakes,
+    )
 
 
 # --- the Jacobian of one step -------------------------------------------------------------------------
+
 
 def _next_h(h_prev, x, W_xh, W_hh, b):
     return torch.tanh(W_xh @ x + W_hh @ h_prev + b)  # (H,)
@@ -68,54 +88,92 @@ def _jacobian_cases():
     g = torch.Generator().manual_seed(12)
     cases = []
     for D, H, scale in [(3, 4, 0.8), (2, 6, 1.5), (5, 5, 1.0)]:
-        cases.append((_randn(g, H, scale=0.5), _randn(g, D), _randn(g, H, D), _randn(g, H, H, scale=scale / H**0.5),
-                      _randn(g, H, scale=0.3)))
+        cases.append(
+            (
+                _randn(g, H, scale=0.5),
+                _randn(g, D),
+                _randn(g, H, D),
+                _randn(g, H, H, scale=scale / H**0.5),
+                _randn(g, H, scale=0.3),
+            )
+        )
     return cases
 
 
 def check_step_jacobian(fn) -> Result:
     """``fn(h_prev, x, W_xh, W_hh, b)`` must return d h_t / d h_{t-1} = diag(1 - h_t^2) W_hh (an (H, H) matrix)."""
+
     def pre(h_prev, x, W_xh, W_hh, b):
         return W_xh @ x + W_hh @ h_prev + b
 
     mistakes = [
-        Mistake("this is W_hh alone, the Jacobian of a linear RNN; the tanh adds the factor diag(1 - h_t^2) "
-                "on the left.", lambda h_prev, x, W_xh, W_hh, b: W_hh.clone()),
-        Mistake("the derivative of tanh is taken at the previous state; use the new state h_t = tanh(a_t), "
-                "since tanh'(a_t) = 1 - h_t^2.",
-                lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - h_prev**2) @ W_hh),
-        Mistake("the diagonal factor is on the wrong side: row i of the Jacobian is scaled by tanh'(a_i), "
-                "so it is diag(1 - h_t^2) @ W_hh, not W_hh @ diag(1 - h_t^2).",
-                lambda h_prev, x, W_xh, W_hh, b: W_hh @ torch.diag(1 - _next_h(h_prev, x, W_xh, W_hh, b)**2)),
-        Mistake("this is the transpose: entry (i, j) is d h_t[i] / d h_{t-1}[j], so the result is "
-                "diag(1 - h_t^2) @ W_hh, not its transpose.",
-                lambda h_prev, x, W_xh, W_hh, b: _step_jacobian(h_prev, x, W_xh, W_hh, b).T),
-        Mistake("tanh'(a) is 1 - tanh(a)^2, not 1 - tanh(a).",
-                lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - _next_h(h_prev, x, W_xh, W_hh, b)) @ W_hh),
-        Mistake("tanh'(a) is 1 - tanh(a)^2: square the new state h_t, not the pre-activation a_t.",
-                lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - pre(h_prev, x, W_xh, W_hh, b)**2) @ W_hh),
+        Mistake(
+            "this is W_hh alone, the Jacobian of a linear RNN; the tanh adds the factor diag(1 - h_t^2) on the left.",
+            lambda h_prev, x, W_xh, W_hh, b: W_hh.clone(),
+        ),
+        Mistake(
+            "the derivative of tanh is taken at the previous state; use the new state h_t = tanh(a_t), "
+            "since tanh'(a_t) = 1 - h_t^2.",
+            lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - h_prev**2) @ W_hh,
+        ),
+        Mistake(
+            "the diagonal factor is on the wrong side: row i of the Jacobian is scaled by tanh'(a_i), "
+            "so it is diag(1 - h_t^2) @ W_hh, not W_hh @ diag(1 - h_t^2).",
+            lambda h_prev, x, W_xh, W_hh, b: W_hh @ torch.diag(1 - _next_h(h_prev, x, W_xh, W_hh, b) ** 2),
+        ),
+        Mistake(
+            "this is the transpose: entry (i, j) is d h_t[i] / d h_{t-1}[j], so the result is "
+            "diag(1 - h_t^2) @ W_hh, not its transpose.",
+            lambda h_prev, x, W_xh, W_hh, b: _step_jacobian(h_prev, x, W_xh, W_hh, b).T,
+        ),
+        Mistake(
+            "tanh'(a) is 1 - tanh(a)^2, not 1 - tanh(a).",
+            lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - _next_h(h_prev, x, W_xh, W_hh, b)) @ W_hh,
+        ),
+        Mistake(
+            "tanh'(a) is 1 - tanh(a)^2: square the new state h_t, not the pre-activation a_t.",
+            lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - pre(h_prev, x, W_xh, W_hh, b) ** 2) @ W_hh,
+        ),
     ]
-    return check_function(fn, exercise="the Jacobian of one RNN step", reference=_step_jacobian,
-                          cases=_jacobian_cases(), mistakes=mistakes)
+    return check_function(
+        fn,
+        exercise="the Jacobian of one RNN step",
+        reference=_step_jacobian,
+        cases=_jacobian_cases(),
+        mistakes=mistakes,
+    )
 
 
 # --- predict a gradient norm ----------------------------------------------------------------------------
 
+
 def check_gradient_norm(answer, rho: float = 0.9, steps: int = 50) -> Result:
     """|| d h_T / d h_{T-steps} || for a linear RNN whose W_hh is rho times an orthogonal matrix."""
     return check_number(
-        answer, exercise=f"gradient norm after {steps} steps at rho = {rho}", expected=rho**steps, rel_tol=0.03,
+        answer,
+        exercise=f"gradient norm after {steps} steps at rho = {rho}",
+        expected=rho**steps,
+        rel_tol=0.03,
         mistakes=[
-            (f"that is rho^{steps - 1}: going back {steps} steps multiplies by W_hh {steps} times.", rho**(steps - 1)),
-            (f"that is rho^{steps + 1}: going back {steps} steps multiplies by W_hh {steps} times, not {steps + 1}.",
-             rho**(steps + 1)),
+            (
+                f"that is rho^{steps - 1}: going back {steps} steps multiplies by W_hh {steps} times.",
+                rho ** (steps - 1),
+            ),
+            (
+                f"that is rho^{steps + 1}: going back {steps} steps multiplies by W_hh {steps} times, not {steps + 1}.",
+                rho ** (steps + 1),
+            ),
             ("the factors multiply, they do not add: the norm is rho^n, not n * rho.", rho * steps),
-            ("that is the logarithm of the norm (n log rho); the question asks for the norm itself.",
-             steps * math.log(rho)),
-        ])
+            (
+                "that is the logarithm of the norm (n log rho); the question asks for the norm itself.",
+                steps * math.log(rho),
+            ),
+        ],
+    )
 
 
 # --- gradient clipping ------------------------------------------------------------------------------------
+
 
 def _clip_reference(grads, max_norm):
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
@@ -134,6 +192,7 @@ def _clip_cases():
 
 def check_clip_grad_norm(fn) -> Result:
     """``fn(grads, max_norm)`` must return the gradients scaled together so that their global norm is <= max_norm."""
+
     def per_tensor(grads, max_norm):
         return [t * min(1.0, max_norm / (torch.linalg.vector_norm(t).item() + 1e-6)) for t in grads]
 
@@ -146,15 +205,33 @@ def check_clip_grad_norm(fn) -> Result:
         return [t * min(1.0, max_norm / total) for t in grads]
 
     mistakes = [
-        Mistake("each tensor is clipped on its own; clip by the global norm, sqrt of the sum of the squares of "
-                "all entries of all gradients, and scale every tensor by the same factor.", per_tensor),
-        Mistake("entries are clamped one by one (value clipping), which changes the gradient's direction; "
-                "scale the whole gradient instead.",
-                lambda grads, max_norm: [t.clamp(-max_norm, max_norm) for t in grads]),
-        Mistake("gradients whose norm is already below max_norm must be left unchanged: the factor is "
-                "min(1, max_norm / norm).", always),
-        Mistake("the global norm is the square root of the sum of squares over every entry, not the sum of the "
-                "tensors' norms.", summed_norms),
+        Mistake(
+            "each tensor is clipped on its own; clip by the global norm, sqrt of the sum of the squares of "
+            "all entries of all gradients, and scale every tensor by the same factor.",
+            per_tensor,
+        ),
+        Mistake(
+            "entries are clamped one by one (value clipping), which changes the gradient's direction; "
+            "scale the whole gradient instead.",
+            lambda grads, max_norm: [t.clamp(-max_norm, max_norm) for t in grads],
+        ),
+        Mistake(
+            "gradients whose norm is already below max_norm must be left unchanged: the factor is "
+            "min(1, max_norm / norm).",
+            always,
+        ),
+        Mistake(
+            "the global norm is the square root of the sum of squares over every entry, not the sum of the "
+            "tensors' norms.",
+            summed_norms,
+        ),
     ]
-    return check_function(fn, exercise="gradient clipping by global norm", reference=_clip_reference,
-                          cases=_clip_cases(), mistakes=mistakes, atol=1e-6, rtol=1e-5)
+    return check_function(
+        fn,
+        exercise="gradient clipping by global norm",
+        reference=_clip_reference,
+        cases=_clip_cases(),
+        mistakes=mistakes,
+        atol=1e-6,
+        rtol=1e-5,
+    )

@@ -1,4 +1,5 @@
 """Checkers for the exercises of the chapter on vision transformers."""
+
 from __future__ import annotations
 
 import torch
@@ -37,32 +38,52 @@ def check_patchify(fn) -> Result:
         return x.reshape(B, (H // p) * (W // p), C * p * p)
 
     mistakes = [
-        Mistake("a plain reshape cuts the image into strips of consecutive pixels, not P x P squares: split H "
-                "into (H/P, P) and W into (W/P, P) first, then permute so that the two grid axes come before the "
-                "channel and the two within-patch axes.", strips),
-        Mistake("the patches are the right squares, but each one is flattened in the order (row, column, channel); "
-                "this exercise asks for channel first, (c, i, j), the layout of a Conv2d kernel (D, C, P, P).",
-                channels_last),
-        Mistake("the patches are listed column by column; list them row by row, as text is read (the grid's row "
-                "axis before its column axis).", column_major),
+        Mistake(
+            "a plain reshape cuts the image into strips of consecutive pixels, not P x P squares: split H "
+            "into (H/P, P) and W into (W/P, P) first, then permute so that the two grid axes come before the "
+            "channel and the two within-patch axes.",
+            strips,
+        ),
+        Mistake(
+            "the patches are the right squares, but each one is flattened in the order (row, column, channel); "
+            "this exercise asks for channel first, (c, i, j), the layout of a Conv2d kernel (D, C, P, P).",
+            channels_last,
+        ),
+        Mistake(
+            "the patches are listed column by column; list them row by row, as text is read (the grid's row "
+            "axis before its column axis).",
+            column_major,
+        ),
     ]
-    return check_function(fn, exercise="patchify", reference=vit.patchify, cases=cases, mistakes=mistakes, atol=0,
-                          rtol=0)
+    return check_function(
+        fn, exercise="patchify", reference=vit.patchify, cases=cases, mistakes=mistakes, atol=0, rtol=0
+    )
 
 
 def check_n_tokens(fn) -> Result:
     """``fn(height, width, patch_size)``: the number of tokens a ViT with a class token reads."""
     cases = [(224, 224, 16), (384, 384, 16), (8, 8, 2), (224, 320, 16), (32, 48, 8)]
     mistakes = [
-        Mistake("the class token is missing: the sequence is the patches plus one class token in front.",
-                lambda h, w, p: (h // p) * (w // p)),
-        Mistake("a patch covers P x P pixels, so the number of patches is (H / P) * (W / P), not H * W / P.",
-                lambda h, w, p: h * w // p + 1),
-        Mistake("for a rectangular image the grid is (H / P) x (W / P): use the width for the columns.",
-                lambda h, w, p: (h // p) ** 2 + 1),
+        Mistake(
+            "the class token is missing: the sequence is the patches plus one class token in front.",
+            lambda h, w, p: (h // p) * (w // p),
+        ),
+        Mistake(
+            "a patch covers P x P pixels, so the number of patches is (H / P) * (W / P), not H * W / P.",
+            lambda h, w, p: h * w // p + 1,
+        ),
+        Mistake(
+            "for a rectangular image the grid is (H / P) x (W / P): use the width for the columns.",
+            lambda h, w, p: (h // p) ** 2 + 1,
+        ),
     ]
-    return check_function(fn, exercise="number of tokens", reference=lambda h, w, p: vit.n_tokens((h, w), p),
-                          cases=cases, mistakes=mistakes)
+    return check_function(
+        fn,
+        exercise="number of tokens",
+        reference=lambda h, w, p: vit.n_tokens((h, w), p),
+        cases=cases,
+        mistakes=mistakes,
+    )
 
 
 def _large_counts() -> dict[str, int]:
@@ -77,21 +98,37 @@ def check_vit_large_parameters(answer) -> Result:
     biases_and_norms = L * (4 * D + F + D + 4 * D) + 2 * D + D + 1000  # blocks, final norm, patch embedding, head
     weights_only = total - biases_and_norms
     return check_number(
-        answer, exercise="parameters of ViT-L/16", expected=float(total), rel_tol=1e-4,
+        answer,
+        exercise="parameters of ViT-L/16",
+        expected=float(total),
+        rel_tol=1e-4,
         mistakes=[
-            ("307M is the number printed in Table 1 of the paper, but ViT-L/16 has fewer (307M is about the size of "
-             "ViT-L/32, with its larger patch embedding): count every part of the /16 model (patch embedding, class "
-             "token, positions, the blocks, the final LayerNorm, the head).", 307e6),
-            ("the classification head is missing: a Linear layer from D to 1000 classes, with its biases.",
-             float(total - counts["head"])),
-            ("the biases and the LayerNorms are missing (each Linear has a bias of its output width; each "
-             "LayerNorm has a gain and a bias of width D).", float(weights_only)),
-            ("the heads do not multiply the parameters: the H heads share W_q, W_k, W_v (each D x D, one block of "
-             "D/H columns per head), so attention has 4 (D^2 + D) parameters per layer whatever H is.",
-             float(total + L * 4 * (H - 1) * D * D)),
-            ("the class token and the position embeddings are missing: (T + 1) * D + D more, with T = 196 patches.",
-             float(total - counts["class token"] - counts["position embeddings"])),
-        ])
+            (
+                "307M is the number printed in Table 1 of the paper, but ViT-L/16 has fewer (307M is about the size of "
+                "ViT-L/32, with its larger patch embedding): count every part of the /16 model (patch embedding, class "
+                "token, positions, the blocks, the final LayerNorm, the head).",
+                307e6,
+            ),
+            (
+                "the classification head is missing: a Linear layer from D to 1000 classes, with its biases.",
+                float(total - counts["head"]),
+            ),
+            (
+                "the biases and the LayerNorms are missing (each Linear has a bias of its output width; each "
+                "LayerNorm has a gain and a bias of width D).",
+                float(weights_only),
+            ),
+            (
+                "the heads do not multiply the parameters: the H heads share W_q, W_k, W_v (each D x D, one block of "
+                "D/H columns per head), so attention has 4 (D^2 + D) parameters per layer whatever H is.",
+                float(total + L * 4 * (H - 1) * D * D),
+            ),
+            (
+                "the class token and the position embeddings are missing: (T + 1) * D + D more, with T = 196 patches.",
+                float(total - counts["class token"] - counts["position embeddings"]),
+            ),
+        ],
+    )
 
 
 def _softmax_weights(g: torch.Generator, L_B_H_T: tuple[int, int, int]) -> torch.Tensor:
@@ -116,17 +153,36 @@ def check_class_attention_map(fn) -> Result:
         return row.reshape(row.shape[0], *grid)
 
     mistakes = [
-        Mistake("that is the attention *to* the class token (column 0); the class token's attention is its "
-                "row: weights[:, :, 0, 1:].", lambda w, grid: grid_of(w[:, :, 1:, 0].mean(1), grid)),
-        Mistake("only the first head is used; average the row over all heads (dimension 1).",
-                lambda w, grid: grid_of(w[:, 0, 0, 1:], grid)),
-        Mistake("the heads are summed; average them, so that the map is still a set of weights summing to at "
-                "most 1.", lambda w, grid: grid_of(w[:, :, 0, 1:].sum(1), grid)),
-        Mistake("entry 0 of the row is the class token's weight on itself and the last patch is missing: drop "
-                "index 0 (weights[..., 0, 1:]), not the last one.",
-                lambda w, grid: grid_of(w[:, :, 0, :-1].mean(1), grid)),
+        Mistake(
+            "that is the attention *to* the class token (column 0); the class token's attention is its "
+            "row: weights[:, :, 0, 1:].",
+            lambda w, grid: grid_of(w[:, :, 1:, 0].mean(1), grid),
+        ),
+        Mistake(
+            "only the first head is used; average the row over all heads (dimension 1).",
+            lambda w, grid: grid_of(w[:, 0, 0, 1:], grid),
+        ),
+        Mistake(
+            "the heads are summed; average them, so that the map is still a set of weights summing to at most 1.",
+            lambda w, grid: grid_of(w[:, :, 0, 1:].sum(1), grid),
+        ),
+        Mistake(
+            "entry 0 of the row is the class token's weight on itself and the last patch is missing: drop "
+            "index 0 (weights[..., 0, 1:]), not the last one.",
+            lambda w, grid: grid_of(w[:, :, 0, :-1].mean(1), grid),
+        ),
     ]
-    return check_function(fn, exercise="class-token attention map", reference=reference, cases=cases,
-                          mistakes=mistakes,
-                          error_hints=[("invalid for input of size", "row 0 has T = 1 + Hg * Wg entries: drop the "
-                                        "class token's weight on itself (index 0) before reshaping to the grid.")])
+    return check_function(
+        fn,
+        exercise="class-token attention map",
+        reference=reference,
+        cases=cases,
+        mistakes=mistakes,
+        error_hints=[
+            (
+                "invalid for input of size",
+                "row 0 has T = 1 + Hg * Wg entries: drop the "
+                "class token's weight on itself (index 0) before reshaping to the grid.",
+            )
+        ],
+    )

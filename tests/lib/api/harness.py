@@ -50,6 +50,7 @@ checked against onnxruntime in test_export.
 excluded, with a reason, in ``EXCLUDED``), the anchors check each spec's valid call deterministically, and
 ``test_statistics`` prints how many cases this run generated.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -63,22 +64,57 @@ import re
 import shutil
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from attnbook import (
+    attention,
+    audio,
+    blocks,
+    bpe,
+    contrastive,
+    data,
+    export,
+    flash,
+    graphs,
+    lora,
+    measure,
+    models,
+    positional,
+    pretrain,
+    rnn,
+    seq2seq,
+    train,
+    train_lm,
+    vit,
+)
 from torch import nn
 
-from attnbook import (attention, audio, blocks, bpe, contrastive, data, export, flash, graphs, lora, measure, models,
-                      positional, pretrain, rnn, seq2seq, train, train_lm, vit)
-
-MODULES = {"attention": attention, "positional": positional, "blocks": blocks, "models": models, "flash": flash,
-           "vit": vit, "rnn": rnn, "seq2seq": seq2seq, "measure": measure, "graphs": graphs,
-           "audio": audio, "contrastive": contrastive, "lora": lora, "pretrain": pretrain,
-           "bpe": bpe, "data": data, "train": train, "train_lm": train_lm,
-           "export": export}
+MODULES = {
+    "attention": attention,
+    "positional": positional,
+    "blocks": blocks,
+    "models": models,
+    "flash": flash,
+    "vit": vit,
+    "rnn": rnn,
+    "seq2seq": seq2seq,
+    "measure": measure,
+    "graphs": graphs,
+    "audio": audio,
+    "contrastive": contrastive,
+    "lora": lora,
+    "pretrain": pretrain,
+    "bpe": bpe,
+    "data": data,
+    "train": train,
+    "train_lm": train_lm,
+    "export": export,
+}
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype
 TOL = {torch.float64: 1e-8, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}
@@ -89,6 +125,7 @@ STATS: collections.Counter = collections.Counter()  # (spec, outcome) -> generat
 
 
 # --- what an argument is, and how it can be wrong ---------------------------------------------------------
+
 
 class Arg:
     """An argument of a call: how to make a valid value and the ways it can be changed."""
@@ -115,13 +152,22 @@ class Const(Arg):
 class Tensor(Arg):
     """A floating tensor; ``seq`` is its sequence dimension (None: none), ``batch`` its batch dimension."""
 
-    def __init__(self, *shape, seq: int | None = None, batch: int | None = 0, positive: bool = False,
-                 scale: float = 1.0, list_ok: bool = False):
+    def __init__(
+        self,
+        *shape,
+        seq: int | None = None,
+        batch: int | None = 0,
+        positive: bool = False,
+        scale: float = 1.0,
+        list_ok: bool = False,
+    ):
         self.shape, self.seq, self.batch, self.positive, self.scale = shape, seq, batch, positive, scale
         self.list_ok = list_ok  # a list of numbers is a valid value too
-        self.corruptions = (("rank+", "rank-", "width", "float64", "float16", "bfloat16", "int", "bool", "list",
-                             "nan", "huge") + (("empty", "length") if seq is not None else ())
-                            + (("batch",) if batch is not None else ()))
+        self.corruptions = (
+            ("rank+", "rank-", "width", "float64", "float16", "bfloat16", "int", "bool", "list", "nan", "huge")
+            + (("empty", "length") if seq is not None else ())
+            + (("batch",) if batch is not None else ())
+        )
 
     def make(self, g):
         x = torch.randn(*self.shape, generator=g) * self.scale
@@ -134,12 +180,16 @@ class Tensor(Arg):
 class Ids(Arg):
     """Integer token ids in [low, vocab) (low = 0 unless told: distances start at -1)."""
 
-    def __init__(self, *shape, vocab: int, seq: int | None = -1, batch: int | None = 0, low: int = 0,
-                 list_ok: bool = False):
+    def __init__(
+        self, *shape, vocab: int, seq: int | None = -1, batch: int | None = 0, low: int = 0, list_ok: bool = False
+    ):
         self.shape, self.vocab, self.seq, self.batch, self.low = shape, vocab, seq, batch, low
         self.list_ok = list_ok  # a list of ids is a valid value too
-        self.corruptions = (("float", "negative", "too large", "rank+", "rank-", "list")
-                            + (("empty", "length") if seq is not None else ()) + (("batch",) if batch is not None else ()))
+        self.corruptions = (
+            ("float", "negative", "too large", "rank+", "rank-", "list")
+            + (("empty", "length") if seq is not None else ())
+            + (("batch",) if batch is not None else ())
+        )
 
     def make(self, g):
         return torch.randint(self.low, self.vocab, self.shape, generator=g)
@@ -150,8 +200,9 @@ class Ids(Arg):
         if how in ("negative", "too large"):
             x = x.clone()
             if x.numel():
-                x.view(-1)[int(torch.randint(x.numel(), (1,), generator=g))] = \
+                x.view(-1)[int(torch.randint(x.numel(), (1,), generator=g))] = (
                     self.low - 1 if how == "negative" else self.vocab
+                )
             return x
         return _corrupt_tensor(x, how, self.seq, self.batch)
 
@@ -269,8 +320,9 @@ class Pair(Arg):
 
     def __init__(self, first: Tensor, second: Tensor):
         self.parts = (first, second)
-        self.corruptions = ("one element", "three elements") + tuple(f"second: {how}" for how in second.corruptions
-                                                                     if how != "nan")
+        self.corruptions = ("one element", "three elements") + tuple(
+            f"second: {how}" for how in second.corruptions if how != "nan"
+        )
 
     def make(self, g):
         return tuple(p.make(g) for p in self.parts)
@@ -304,8 +356,14 @@ class Text(Arg):
     """A string (a text, a name): ``value``, or ``length`` characters drawn from ``alphabet``. Changed, it is
     bytes, a number, a list of strings, None, or another of ``corruptions``."""
 
-    def __init__(self, value: str | None = None, *, length: int = 0, alphabet: str = "",
-                 corruptions: tuple[str, ...] = ("bytes", "number", "list", "none")):
+    def __init__(
+        self,
+        value: str | None = None,
+        *,
+        length: int = 0,
+        alphabet: str = "",
+        corruptions: tuple[str, ...] = ("bytes", "number", "list", "none"),
+    ):
         self.value, self.length, self.alphabet, self.corruptions = value, length, alphabet, corruptions
 
     def make(self, g):
@@ -314,8 +372,14 @@ class Text(Arg):
         return "".join(self.alphabet[i] for i in torch.randint(len(self.alphabet), (self.length,), generator=g))
 
     def corrupt(self, v, how, g):
-        return {"bytes": v.encode(), "number": 3, "list": [v], "none": None, "empty": "",
-                "unknown": "\u2603 no such thing"}[how]
+        return {
+            "bytes": v.encode(),
+            "number": 3,
+            "list": [v],
+            "none": None,
+            "empty": "",
+            "unknown": "\u2603 no such thing",
+        }[how]
 
 
 class Texts(Arg):
@@ -339,8 +403,18 @@ class Adjacency(Arg):
 
     def __init__(self, *shape, p: float = 0.4, loops: bool = False):
         self.shape, self.p, self.loops = shape, p, loops
-        self.corruptions = ("asymmetric", "not square", "float", "int", "two", "nan", "rank+", "rank-", "list",
-                            "size") + (("batch",) if len(shape) == 3 else ())
+        self.corruptions = (
+            "asymmetric",
+            "not square",
+            "float",
+            "int",
+            "two",
+            "nan",
+            "rank+",
+            "rank-",
+            "list",
+            "size",
+        ) + (("batch",) if len(shape) == 3 else ())
 
     def make(self, g):
         upper = (torch.rand(*self.shape, generator=g) < self.p).triu(0 if self.loops else 1)
@@ -359,9 +433,15 @@ class Adjacency(Arg):
             return a
         if how == "size":
             return F.pad(a, (0, 1, 0, 1))
-        return {"not square": lambda: a[..., :-1], "float": lambda: a.float(), "int": lambda: a.long(),
-                "rank+": lambda: a.unsqueeze(0), "rank-": lambda: a[0], "list": lambda: a.tolist(),
-                "batch": lambda: torch.cat([a, a[:1]])}[how]()
+        return {
+            "not square": lambda: a[..., :-1],
+            "float": lambda: a.float(),
+            "int": lambda: a.long(),
+            "rank+": lambda: a.unsqueeze(0),
+            "rank-": lambda: a[0],
+            "list": lambda: a.tolist(),
+            "batch": lambda: torch.cat([a, a[:1]]),
+        }[how]()
 
 
 class Edges(Arg):
@@ -381,9 +461,12 @@ class Edges(Arg):
             return [(0, self.n if how == "out of range" else -1)] + v[1:]
         if how == "tensor":
             return torch.tensor(v, dtype=torch.long).reshape(-1, 2)
-        return {"float": lambda: [(i + 0.5, j) for i, j in v] or [(0.5, 0)],
-                "triples": lambda: [(i, j, j) for i, j in v] or [(0, 0, 0)],
-                "flat": lambda: [x for e in v for x in e] or [0], "str": lambda: "0-1"}[how]()
+        return {
+            "float": lambda: [(i + 0.5, j) for i, j in v] or [(0.5, 0)],
+            "triples": lambda: [(i, j, j) for i, j in v] or [(0, 0, 0)],
+            "flat": lambda: [x for e in v for x in e] or [0],
+            "str": lambda: "0-1",
+        }[how]()
 
 
 class IntLists(Arg):
@@ -399,8 +482,14 @@ class IntLists(Arg):
         return [torch.randint(self.high, (n,), generator=g).tolist() for n in self.lengths]
 
     def corrupt(self, v, how, g):
-        return {"empty sequence": lambda: [[]] + v[1:], "none": lambda: [], "float": lambda: [[x + 0.5 for x in s] for s in v],
-                "str": lambda: ["abc"] + v[1:], "flat": lambda: v[0], "negative": lambda: [[-1] + v[0][1:]] + v[1:]}[how]()
+        return {
+            "empty sequence": lambda: [[]] + v[1:],
+            "none": lambda: [],
+            "float": lambda: [[x + 0.5 for x in s] for s in v],
+            "str": lambda: ["abc"] + v[1:],
+            "flat": lambda: v[0],
+            "negative": lambda: [[-1] + v[0][1:]] + v[1:],
+        }[how]()
 
 
 class IntPair(Arg):
@@ -416,8 +505,13 @@ class IntPair(Arg):
 
     def corrupt(self, v, how, g):
         low, high = v
-        return {"one": (low,), "three": (low, high, high), "float": (low + 0.5, high), "str": ("a", "b"),
-                "reversed": (high + 1, low)}[how]
+        return {
+            "one": (low,),
+            "three": (low, high, high),
+            "float": (low + 0.5, high),
+            "str": ("a", "b"),
+            "reversed": (high + 1, low),
+        }[how]
 
 
 class Counts(Arg):
@@ -452,8 +546,13 @@ class FilePath(Arg):
 
     def corrupt(self, v, how, g):
         from pathlib import Path
-        return {"missing": lambda: Path(v).with_name("no-such-file.json"), "folder": lambda: Path(v).parent,
-                "number": lambda: 3, "wrong content": lambda: self.wrong}[how]()
+
+        return {
+            "missing": lambda: Path(v).with_name("no-such-file.json"),
+            "folder": lambda: Path(v).parent,
+            "number": lambda: 3,
+            "wrong content": lambda: self.wrong,
+        }[how]()
 
 
 class Gen(Arg):
@@ -462,7 +561,7 @@ class Gen(Arg):
     corruptions = ("a seed",)
 
     def make(self, g):
-        return torch.Generator().manual_seed(int(torch.randint(2 ** 31, (1,), generator=g)))
+        return torch.Generator().manual_seed(int(torch.randint(2**31, (1,), generator=g)))
 
     def corrupt(self, v, how, g):
         return 0
@@ -495,6 +594,7 @@ def _corrupt_tensor(x: torch.Tensor, how: str, seq, batch):
 
 
 # --- a spec per entry point ---------------------------------------------------------------------------
+
 
 @dataclass
 class Spec:
@@ -529,6 +629,7 @@ def spec(name: str, target, sizes: dict, **kwargs):
     def register(build):
         SPECS[name] = Spec(target, sizes, build, **kwargs)
         return build
+
     return register
 
 
@@ -576,8 +677,9 @@ def _naive_attention(q, k, v, allowed, scale=None, bias=None):
 
 
 def _sdpa_reference(call, q, k, v, mask=None, scale=None, score_bias=None, return_weights=False):
-    out, weights = _naive_attention(q, k, v, torch.ones(1, 1, dtype=torch.bool) if mask is None else mask, scale,
-                                    score_bias)
+    out, weights = _naive_attention(
+        q, k, v, torch.ones(1, 1, dtype=torch.bool) if mask is None else mask, scale, score_bias
+    )
     return (out, weights) if return_weights else out
 
 
@@ -587,8 +689,10 @@ def _naive_heads(layer, query, key, value, mask=None, is_causal=False, return_we
     H, Dh = layer.n_heads, layer.d_head
     H_kv = getattr(layer, "n_kv_heads", H)
     q = F.linear(query, layer.W_q.weight, layer.W_q.bias).view(B, Tq, H, Dh).transpose(1, 2)  # (B, H, Tq, Dh)
-    k, v = (F.linear(x, W.weight, W.bias).view(B, x.shape[1], H_kv, Dh).transpose(1, 2).repeat_interleave(H // H_kv, 1)
-            for x, W in ((key, layer.W_k), (value, layer.W_v)))  # (B, H, Tk, Dh)
+    k, v = (
+        F.linear(x, W.weight, W.bias).view(B, x.shape[1], H_kv, Dh).transpose(1, 2).repeat_interleave(H // H_kv, 1)
+        for x, W in ((key, layer.W_k), (value, layer.W_v))
+    )  # (B, H, Tk, Dh)
     if getattr(layer, "rope", False):
         q, k = positional.apply_rope(q), positional.apply_rope(k)
     allowed = torch.ones(Tq, key.shape[1], dtype=torch.bool)
@@ -603,9 +707,8 @@ def _naive_heads(layer, query, key, value, mask=None, is_causal=False, return_we
     return (out, weights) if return_weights else out
 
 
-
-
 # --- running a case -----------------------------------------------------------------------------------
+
 
 def _convert(value, dtype):
     """Floating tensors (also inside lists, tuples and dicts) and modules converted to ``dtype``; modules and
@@ -660,8 +763,10 @@ def _assert_equal_to_reference(out, ref, *, tol: float):
                 b = b.double()
                 finite = torch.isfinite(b)
                 wrong = torch.isfinite(a) != finite
-                assert not wrong.any(), f"{path} is non-finite where the reference is not, or finite where it is " \
-                                        f"not ({int(wrong.sum())} entries): {a} vs {b}"
+                assert not wrong.any(), (
+                    f"{path} is non-finite where the reference is not, or finite where it is "
+                    f"not ({int(wrong.sum())} entries): {a} vs {b}"
+                )
                 assert torch.equal(a.double()[~finite & ~b.isnan()], b[~finite & ~b.isnan()]), f"{path}: infinities"
                 if finite.any():
                     bound = tol * max(1.0, b[finite].abs().max().item())
@@ -670,8 +775,9 @@ def _assert_equal_to_reference(out, ref, *, tol: float):
             else:
                 assert torch.equal(a, b.to(a.dtype)), f"{path}: {a} != {b}"
         elif isinstance(a, float):
-            assert math.isclose(a, b, rel_tol=tol, abs_tol=tol) or (math.isnan(a) and math.isnan(b)), \
+            assert math.isclose(a, b, rel_tol=tol, abs_tol=tol) or (math.isnan(a) and math.isnan(b)), (
                 f"{path}: {a} != {b}"
+            )
         elif isinstance(a, nn.Module):
             assert type(a) is type(b), path
         else:
@@ -679,14 +785,18 @@ def _assert_equal_to_reference(out, ref, *, tol: float):
 
 
 def _assert_clear_error(error: BaseException, names: set[str], spec_name: str):
-    assert isinstance(error, (TypeError, ValueError, FileNotFoundError)), \
+    assert isinstance(error, (TypeError, ValueError, FileNotFoundError)), (
         f"{spec_name}: {type(error).__name__} instead of a TypeError, ValueError or FileNotFoundError: {error}"
+    )
     frame = traceback.extract_tb(error.__traceback__)[-1]
-    assert "attnbook" in frame.filename and (frame.line or "").lstrip().startswith("raise"), \
-        f"{spec_name}: the error comes from inside {frame.filename}:{frame.lineno} ({frame.line}), not from a check: {error}"
+    assert "attnbook" in frame.filename and (frame.line or "").lstrip().startswith("raise"), (
+        f"{spec_name}: the error comes from inside {frame.filename}:{frame.lineno} ({frame.line}), "
+        f"not from a check: {error}"
+    )
     message = str(error)
-    assert any(re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", message) for n in names), \
+    assert any(re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", message) for n in names), (
         f"{spec_name}: the error does not name the argument ({' or '.join(sorted(names))}): {message}"
+    )
 
 
 def _nan_at(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -746,7 +856,9 @@ def run_case(name: str, sizes: SimpleNamespace, seed: int, change, *, count: boo
         s.check(out, values)
     else:
         expected = s.reference(fn64, **values64) if s.reference is not None else fn64(**values64)
-        tol = TOL[_least_precise((values, out), fn)] * (100.0 if isinstance(change, tuple) and change[1] == "huge" else 1.0)
+        tol = TOL[_least_precise((values, out), fn)] * (
+            100.0 if isinstance(change, tuple) and change[1] == "huge" else 1.0
+        )
         _assert_equal_to_reference(out, expected, tol=tol)
     STATS[name, "result"] += count
     return "result"

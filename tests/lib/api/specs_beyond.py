@@ -1,26 +1,49 @@
 """API property specs: graphs, sound, contrastive learning, LoRA, pretraining and BPE (the harness is in harness.py)."""
+
+import collections
+import functools
 import itertools
 import math
 import re
 
-import collections
-import functools
 import torch
 import torch.nn.functional as F
-from torch import nn
-
-from attnbook import (audio, blocks, bpe, contrastive, graphs, lora, models,
-                      pretrain, train)
-from harness import Adjacency, Arg, Choice, Const, Counts, Edges, FILES, FilePath, Gen, Ids, Int, IntList, IntLists, IntPair, Mask, Num, Obj, Tensor, Text, Texts, _module, spec
+from attnbook import audio, blocks, bpe, contrastive, graphs, lora, models, pretrain, train
+from harness import (
+    FILES,
+    Adjacency,
+    Arg,
+    Choice,
+    Const,
+    Counts,
+    Edges,
+    FilePath,
+    Gen,
+    Ids,
+    Int,
+    IntList,
+    IntLists,
+    IntPair,
+    Mask,
+    Num,
+    Obj,
+    Tensor,
+    Text,
+    Texts,
+    _module,
+    spec,
+)
 from specs_models import MODEL_VARIANTS, _config
 from specs_tools import _garbage_file
-
+from torch import nn
 
 # graphs ---------------------------------------------------------------------------------------------------
+
 
 def _nx_graph(adjacency):
     """One graph (N, N) (bool or 0/1) as a networkx graph on the nodes 0 .. N-1, self-loops left out."""
     import networkx as nx
+
     graph = nx.Graph()
     graph.add_nodes_from(range(adjacency.shape[-1]))
     graph.add_edges_from((i, j) for i, j in (adjacency != 0).nonzero().tolist() if i < j)
@@ -36,6 +59,7 @@ def _each_graph(adjacency, f):
 
 def _nx_laplacian(adjacency, normalized):
     import networkx as nx
+
     graph = _nx_graph(adjacency)
     matrix = (nx.normalized_laplacian_matrix if normalized else nx.laplacian_matrix)(graph, nodelist=range(len(graph)))
     return torch.tensor(matrix.toarray(), dtype=torch.float64)
@@ -43,6 +67,7 @@ def _nx_laplacian(adjacency, normalized):
 
 def _nx_distances(adjacency):
     import networkx as nx
+
     n = adjacency.shape[-1]
     out = torch.full((n, n), -1, dtype=torch.long)
     for i, lengths in nx.all_pairs_shortest_path_length(_nx_graph(adjacency)):
@@ -53,10 +78,13 @@ def _nx_distances(adjacency):
 
 def _neighbour_mask(adjacency, nodes, self_loops):
     """Node i may attend to node j: j is a neighbour of i in networkx (i != j), or i = j with self-loops; both real."""
+
     def one(a):
         graph = _nx_graph(a)
-        return torch.tensor([[j in graph[i] if i != j else self_loops for j in graph] for i in graph],
-                            dtype=torch.bool).reshape(a.shape)
+        return torch.tensor(
+            [[j in graph[i] if i != j else self_loops for j in graph] for i in graph], dtype=torch.bool
+        ).reshape(a.shape)
+
     mask = _each_graph(adjacency, one)
     return mask if nodes is None else mask & nodes[:, :, None] & nodes[:, None, :]
 
@@ -68,32 +96,51 @@ def _adjacency(s):
     return Adjacency(*((s.B,) if s.batched else ()), s.N, s.N, loops=bool(s.loops))
 
 
-@spec("graphs.adjacency_from_edges", graphs.adjacency_from_edges, dict(N=(1, 6), E=(0, 6)), half=False,
-      reference=lambda call, edges, n_nodes: torch.tensor(
-          __import__("networkx").to_numpy_array(_graph_of_edges(edges, n_nodes), nodelist=range(n_nodes)) != 0))
+@spec(
+    "graphs.adjacency_from_edges",
+    graphs.adjacency_from_edges,
+    dict(N=(1, 6), E=(0, 6)),
+    half=False,
+    reference=lambda call, edges, n_nodes: torch.tensor(
+        __import__("networkx").to_numpy_array(_graph_of_edges(edges, n_nodes), nodelist=range(n_nodes)) != 0
+    ),
+)
 def _(s):
     return graphs.adjacency_from_edges, dict(edges=Edges(s.N, s.E), n_nodes=Int(s.N))
 
 
 def _graph_of_edges(edges, n):
     import networkx as nx
+
     graph = nx.Graph()
     graph.add_nodes_from(range(n))
     graph.add_edges_from(tuple(e) for e in torch.as_tensor(edges).reshape(-1, 2).tolist())
     return graph
 
 
-@spec("graphs.adjacency_mask", graphs.adjacency_mask, {**GRAPH, "nodes": (0, 1)}, half=False,
-      reference=lambda call, adjacency, nodes, self_loops: _neighbour_mask(adjacency, nodes, self_loops))
+@spec(
+    "graphs.adjacency_mask",
+    graphs.adjacency_mask,
+    {**GRAPH, "nodes": (0, 1)},
+    half=False,
+    reference=lambda call, adjacency, nodes, self_loops: _neighbour_mask(adjacency, nodes, self_loops),
+)
 def _(s):
     batched = s.batched or s.nodes
     return graphs.adjacency_mask, dict(
         adjacency=Adjacency(*((s.B,) if batched else ()), s.N, s.N, loops=bool(s.loops)),
-        nodes=Mask(s.B, s.N) if s.nodes else Const(None), self_loops=Const(bool(s.normalized)))
+        nodes=Mask(s.B, s.N) if s.nodes else Const(None),
+        self_loops=Const(bool(s.normalized)),
+    )
 
 
-@spec("graphs.laplacian", graphs.laplacian, GRAPH, half=False,
-      reference=lambda call, adjacency, normalized: _each_graph(adjacency, lambda a: _nx_laplacian(a, normalized)))
+@spec(
+    "graphs.laplacian",
+    graphs.laplacian,
+    GRAPH,
+    half=False,
+    reference=lambda call, adjacency, normalized: _each_graph(adjacency, lambda a: _nx_laplacian(a, normalized)),
+)
 def _(s):
     return graphs.laplacian, dict(adjacency=_adjacency(s), normalized=Const(bool(s.normalized)))
 
@@ -103,14 +150,15 @@ def _check_eigenvectors(out, args):
     vectors orthonormal eigenvectors of it (an eigenvector is defined up to its sign, and a basis of a repeated
     eigenvalue's space is not unique: compared through L u = lambda u)."""
     import scipy.linalg
+
     vectors, values = out
     k, L = args["k"], _nx_laplacian(args["adjacency"], args["normalized"])
     N = L.shape[0]
     assert vectors.shape == (N, k) and values.shape == (k,) and vectors.dtype == values.dtype == torch.float64
     assert torch.isfinite(vectors).all() and torch.isfinite(values).all()
     expected = torch.zeros(k, dtype=torch.float64)
-    real = torch.tensor(scipy.linalg.eigvalsh(L.numpy()))[1:k + 1]
-    expected[:len(real)] = real
+    real = torch.tensor(scipy.linalg.eigvalsh(L.numpy()))[1 : k + 1]
+    expected[: len(real)] = real
     torch.testing.assert_close(values, expected, atol=1e-8, rtol=0)
     n = len(real)
     u = vectors[:, :n]
@@ -119,21 +167,34 @@ def _check_eigenvectors(out, args):
     assert not vectors[:, n:].any()
 
 
-@spec("graphs.laplacian_eigenvectors", graphs.laplacian_eigenvectors, {**GRAPH, "k": (1, 4)}, half=False,
-      check=_check_eigenvectors)
+@spec(
+    "graphs.laplacian_eigenvectors",
+    graphs.laplacian_eigenvectors,
+    {**GRAPH, "k": (1, 4)},
+    half=False,
+    check=_check_eigenvectors,
+)
 def _(s):
-    return graphs.laplacian_eigenvectors, dict(adjacency=Adjacency(s.N, s.N, loops=bool(s.loops)), k=Int(s.k),
-                                               normalized=Const(bool(s.normalized)))
+    return graphs.laplacian_eigenvectors, dict(
+        adjacency=Adjacency(s.N, s.N, loops=bool(s.loops)), k=Int(s.k), normalized=Const(bool(s.normalized))
+    )
 
 
-@spec("graphs.shortest_path_distances", graphs.shortest_path_distances, GRAPH, half=False,
-      reference=lambda call, adjacency: _each_graph(adjacency, _nx_distances))
+@spec(
+    "graphs.shortest_path_distances",
+    graphs.shortest_path_distances,
+    GRAPH,
+    half=False,
+    reference=lambda call, adjacency: _each_graph(adjacency, _nx_distances),
+)
 def _(s):
     return graphs.shortest_path_distances, dict(adjacency=_adjacency(s))
 
 
 def _distance_bias_reference(call, distances):
-    """b[..., h, i, j] = table[h, min(d, max_distance)], or table[h, max_distance + 1] for d = -1, one entry at a time."""
+    """b[..., h, i, j] = table[h, min(d, max_distance)], or table[h, max_distance + 1] for d = -1, one entry at
+    a time.
+    """
     table, top = call.table, call.max_distance
     out = torch.zeros(*distances.shape[:-2], table.shape[0], *distances.shape[-2:], dtype=table.dtype)
     for index in itertools.product(*map(range, distances.shape)):
@@ -143,20 +204,26 @@ def _distance_bias_reference(call, distances):
     return out
 
 
-@spec("graphs.DistanceBias", graphs.DistanceBias, dict(B=(1, 2), N=(1, 4), H=(1, 3), top=(1, 3), batched=(0, 1)),
-      reference=_distance_bias_reference)
+@spec(
+    "graphs.DistanceBias",
+    graphs.DistanceBias,
+    dict(B=(1, 2), N=(1, 4), H=(1, 3), top=(1, 3), batched=(0, 1)),
+    reference=_distance_bias_reference,
+)
 def _(s):
     bias = _module(lambda: graphs.DistanceBias(s.H, s.top))
     with torch.no_grad():
         bias.table.normal_(generator=torch.Generator().manual_seed(s.H))  # a trained table (it starts at zero)
-    return bias, dict(distances=Ids(*((s.B,) if s.batched else ()), s.N, s.N, vocab=s.top + 3, low=-1,
-                                    batch=0 if s.batched else None))
+    return bias, dict(
+        distances=Ids(*((s.B,) if s.batched else ()), s.N, s.N, vocab=s.top + 3, low=-1, batch=0 if s.batched else None)
+    )
 
 
 def _check_two_rings(out, args):
     """Every graph: two disjoint rings of low..high nodes in all, padding after them, two marked nodes, the label
     1 exactly when both marks lie on one ring (then at least min_gap edges apart), networkx's view of it."""
     import networkx as nx
+
     n, (low, high) = args["n_graphs"], args["n_nodes"]
     assert out.adjacency.shape == (n, high, high) and out.nodes.shape == out.features.shape == (n, high)
     assert out.labels.shape == out.n_nodes.shape == (n,)
@@ -176,69 +243,121 @@ def _check_two_rings(out, args):
             assert nx.shortest_path_length(graph, *marks) >= args["min_gap"]
 
 
-@spec("graphs.two_ring_graphs", graphs.two_ring_graphs, dict(n=(1, 4), ring=(3, 4), gap=(1, 2), extra=(0, 2),
-                                                             more=(0, 2)), half=False, check=_check_two_rings)
+@spec(
+    "graphs.two_ring_graphs",
+    graphs.two_ring_graphs,
+    dict(n=(1, 4), ring=(3, 4), gap=(1, 2), extra=(0, 2), more=(0, 2)),
+    half=False,
+    check=_check_two_rings,
+)
 def _(s):
     low = max(3, 2 * s.gap) + s.ring + s.extra
-    return graphs.two_ring_graphs, dict(n_graphs=Int(s.n), n_nodes=IntPair(low, low + s.more), min_ring=Int(s.ring),
-                                        min_gap=Int(s.gap), seed=Int(s.extra + 1))
+    return graphs.two_ring_graphs, dict(
+        n_graphs=Int(s.n),
+        n_nodes=IntPair(low, low + s.more),
+        min_ring=Int(s.ring),
+        min_gap=Int(s.gap),
+        seed=Int(s.extra + 1),
+    )
 
 
-@spec("graphs.GraphTransformer", graphs.GraphTransformer,
-      dict(B=(1, 3), N=(1, 5), mask=(0, 1), encoding=(0, 2), weights=(0, 1)))
+@spec(
+    "graphs.GraphTransformer",
+    graphs.GraphTransformer,
+    dict(B=(1, 3), N=(1, 5), mask=(0, 1), encoding=(0, 2), weights=(0, 1)),
+)
 def _(s):
     encoding = graphs.ENCODINGS[s.encoding]
-    model = _module(lambda: graphs.GraphTransformer(graphs.MASKS[s.mask], encoding, n_node_types=3, d_model=8,
-                                                    n_heads=2, n_layers=1, k=2, max_distance=2, d_ff=8))
+    model = _module(
+        lambda: graphs.GraphTransformer(
+            graphs.MASKS[s.mask],
+            encoding,
+            n_node_types=3,
+            d_model=8,
+            n_heads=2,
+            n_layers=1,
+            k=2,
+            max_distance=2,
+            d_ff=8,
+        )
+    )
     return model, dict(
-        features=Ids(s.B, s.N, vocab=3), adjacency=Adjacency(s.B, s.N, s.N), nodes=Mask(s.B, s.N),
+        features=Ids(s.B, s.N, vocab=3),
+        adjacency=Adjacency(s.B, s.N, s.N),
+        nodes=Mask(s.B, s.N),
         eigenvectors=Tensor(s.B, s.N, 2, seq=1) if encoding == "laplacian" else Const(None),
         distances=Ids(s.B, s.N, s.N, vocab=4, low=-1) if encoding == "distance" else Const(None),
-        return_weights=Const(bool(s.weights)))
+        return_weights=Const(bool(s.weights)),
+    )
 
 
 # audio ----------------------------------------------------------------------------------------------------
+
 
 def _stft_frames(call, n_samples, hop_length, n_fft=None, center=True):
     """The number of frames torch.stft gives (zero padding: only the count matters); an even n_fft by default."""
     n_fft = 2 if n_fft is None else n_fft
     x = torch.zeros(n_samples, dtype=torch.float64)
-    return torch.stft(x, n_fft, hop_length, window=torch.ones(n_fft, dtype=torch.float64), center=center,
-                      pad_mode="constant", return_complex=True).shape[-1]
+    return torch.stft(
+        x,
+        n_fft,
+        hop_length,
+        window=torch.ones(n_fft, dtype=torch.float64),
+        center=center,
+        pad_mode="constant",
+        return_complex=True,
+    ).shape[-1]
 
 
-@spec("audio.n_frames", audio.n_frames, dict(n=(1, 40), hop=(1, 8), n_fft=(1, 12), center=(0, 1), given=(0, 1)),
-      reference=_stft_frames, half=False)
+@spec(
+    "audio.n_frames",
+    audio.n_frames,
+    dict(n=(1, 40), hop=(1, 8), n_fft=(1, 12), center=(0, 1), given=(0, 1)),
+    reference=_stft_frames,
+    half=False,
+)
 def _(s):
     n = max(s.n, s.n_fft) if not s.center else s.n
-    return audio.n_frames, dict(n_samples=Int(n), hop_length=Int(s.hop),
-                                n_fft=Int(s.n_fft) if s.given or not s.center else Const(None),
-                                center=Const(bool(s.center)))
+    return audio.n_frames, dict(
+        n_samples=Int(n),
+        hop_length=Int(s.hop),
+        n_fft=Int(s.n_fft) if s.given or not s.center else Const(None),
+        center=Const(bool(s.center)),
+    )
 
 
 def _numpy_spectrogram(call, wave, n_fft, hop_length, log):
     """|rfft| of frames of n_fft samples hop_length apart, each times a periodic Hann window, the signal reflected
     by n_fft // 2 at both ends: NumPy, one frame at a time."""
     import numpy as np
+
     x = wave.numpy().reshape(-1, wave.shape[-1])
     pad = n_fft // 2
     x = np.pad(x, ((0, 0), (pad, pad)), mode="reflect")
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
-    frames = [np.abs(np.fft.rfft(x[:, t:t + n_fft] * window, axis=-1)) for t in range(0, x.shape[1] - n_fft + 1, hop_length)]
+    frames = [
+        np.abs(np.fft.rfft(x[:, t : t + n_fft] * window, axis=-1)) for t in range(0, x.shape[1] - n_fft + 1, hop_length)
+    ]
     out = np.stack(frames, axis=-1)  # (N, n_fft // 2 + 1, n_frames)
     out = np.log1p(out) if log else out
     return torch.from_numpy(out).reshape(*wave.shape[:-1], *out.shape[1:])
 
 
-@spec("audio.spectrogram", audio.spectrogram, dict(B=(1, 2), n=(6, 40), n_fft=(2, 10), hop=(1, 6), log=(0, 1)),
-      reference=_numpy_spectrogram)
+@spec(
+    "audio.spectrogram",
+    audio.spectrogram,
+    dict(B=(1, 2), n=(6, 40), n_fft=(2, 10), hop=(1, 6), log=(0, 1)),
+    reference=_numpy_spectrogram,
+)
 def _(s):
-    return audio.spectrogram, dict(wave=Tensor(s.B, s.n, seq=1), n_fft=Int(s.n_fft), hop_length=Int(s.hop),
-                                   log=Const(bool(s.log)))
+    return audio.spectrogram, dict(
+        wave=Tensor(s.B, s.n, seq=1), n_fft=Int(s.n_fft), hop_length=Int(s.hop), log=Const(bool(s.log))
+    )
 
 
 def _numpy_tone(call, frequency, n_samples, sample_rate, phase):
     import numpy as np
+
     t = np.arange(n_samples) / sample_rate
     f = np.asarray(torch.as_tensor(frequency, dtype=torch.float64))[..., None]
     return torch.from_numpy(np.sin(2 * np.pi * f * t + phase))
@@ -246,9 +365,10 @@ def _numpy_tone(call, frequency, n_samples, sample_rate, phase):
 
 def _numpy_chirp(call, f_start, f_end, n_samples, sample_rate, phase):
     import numpy as np
+
     t, duration = np.arange(n_samples) / sample_rate, n_samples / sample_rate
     f0, f1 = (np.asarray(torch.as_tensor(f, dtype=torch.float64))[..., None] for f in (f_start, f_end))
-    return torch.from_numpy(np.sin(2 * np.pi * (f0 * t + (f1 - f0) * t ** 2 / (2 * duration)) + phase))
+    return torch.from_numpy(np.sin(2 * np.pi * (f0 * t + (f1 - f0) * t**2 / (2 * duration)) + phase))
 
 
 SOUND = dict(B=(1, 3), n=(1, 32), tensor=(0, 1))
@@ -266,8 +386,7 @@ def _(s):
         f_start, f_end = (Tensor(s.B, positive=True, scale=900.0, list_ok=True) for _ in range(2))
     else:
         f_start, f_end = Num(300.0), Num(1200.0)
-    return audio.chirp, dict(f_start=f_start, f_end=f_end, n_samples=Int(s.n), sample_rate=Num(4000.0),
-                             phase=Num(0.3))
+    return audio.chirp, dict(f_start=f_start, f_end=f_end, n_samples=Int(s.n), sample_rate=Num(4000.0), phase=Num(0.3))
 
 
 def _noise_reference(call, shape, kind, generator):
@@ -289,15 +408,28 @@ class Shape(IntList):
     corruptions = ("negative", "float", "str", "none", "one sample")
 
     def corrupt(self, v, how, g):
-        return {"negative": [-1] + v[1:], "float": [x + 0.5 for x in v], "str": "abc", "none": [],
-                "one sample": v[:-1] + [1]}[how]
+        return {
+            "negative": [-1] + v[1:],
+            "float": [x + 0.5 for x in v],
+            "str": "abc",
+            "none": [],
+            "one sample": v[:-1] + [1],
+        }[how]
 
 
-@spec("audio.noise", audio.noise, dict(B=(1, 3), n=(2, 40), kind=(0, 1), batched=(0, 1)), reference=_noise_reference,
-      half=False)
+@spec(
+    "audio.noise",
+    audio.noise,
+    dict(B=(1, 3), n=(2, 40), kind=(0, 1), batched=(0, 1)),
+    reference=_noise_reference,
+    half=False,
+)
 def _(s):
-    return audio.noise, dict(shape=Shape([s.B, s.n] if s.batched else [s.n], high=99),
-                             kind=Choice(["white", "brown"][s.kind]), generator=Gen())
+    return audio.noise, dict(
+        shape=Shape([s.B, s.n] if s.batched else [s.n], high=99),
+        kind=Choice(["white", "brown"][s.kind]),
+        generator=Gen(),
+    )
 
 
 def _check_sounds(out, args):
@@ -317,11 +449,13 @@ def _check_sounds(out, args):
 
 @spec("audio.sound_classes", audio.sound_classes, dict(n=(1, 9), n_samples=(32, 64)), check=_check_sounds, half=False)
 def _(s):
-    return audio.sound_classes, dict(n=Int(s.n), n_samples=Int(s.n_samples), sample_rate=Num(4000.0), snr=Num(4.0),
-                                     seed=Int(s.n))
+    return audio.sound_classes, dict(
+        n=Int(s.n), n_samples=Int(s.n_samples), sample_rate=Num(4000.0), snr=Num(4.0), seed=Int(s.n)
+    )
 
 
 # contrastive ----------------------------------------------------------------------------------------------
+
 
 def _unit(x):
     """Rows divided by their length (rows shorter than 1e-12 by 1e-12: F.normalize's convention), one at a time."""
@@ -362,22 +496,38 @@ def _scale(s):
     return Const(torch.tensor(2.5)) if s.tensor else Num(2.5)
 
 
-@spec("contrastive.clip_logits", contrastive.clip_logits, EMBED,
-      reference=lambda call, image_embeddings, text_embeddings, scale: _naive_logits(
-          image_embeddings, text_embeddings, float(scale)))
+@spec(
+    "contrastive.clip_logits",
+    contrastive.clip_logits,
+    EMBED,
+    reference=lambda call, image_embeddings, text_embeddings, scale: _naive_logits(
+        image_embeddings, text_embeddings, float(scale)
+    ),
+)
 def _(s):
     lead = (s.groups,) if s.groups else ()
-    return contrastive.clip_logits, dict(image_embeddings=Tensor(*lead, s.Bi, s.E, seq=len(lead)),
-                                         text_embeddings=Tensor(*lead, s.Bt, s.E, seq=len(lead)), scale=_scale(s))
+    return contrastive.clip_logits, dict(
+        image_embeddings=Tensor(*lead, s.Bi, s.E, seq=len(lead)),
+        text_embeddings=Tensor(*lead, s.Bt, s.E, seq=len(lead)),
+        scale=_scale(s),
+    )
 
 
-@spec("contrastive.clip_loss", contrastive.clip_loss, EMBED,
-      reference=lambda call, image_embeddings, text_embeddings, scale: _naive_clip_loss(
-          image_embeddings, text_embeddings, float(scale)))
+@spec(
+    "contrastive.clip_loss",
+    contrastive.clip_loss,
+    EMBED,
+    reference=lambda call, image_embeddings, text_embeddings, scale: _naive_clip_loss(
+        image_embeddings, text_embeddings, float(scale)
+    ),
+)
 def _(s):
     lead = (s.groups,) if s.groups else ()
-    return contrastive.clip_loss, dict(image_embeddings=Tensor(*lead, s.Bi, s.E, seq=len(lead)),
-                                       text_embeddings=Tensor(*lead, s.Bi, s.E, seq=len(lead)), scale=_scale(s))
+    return contrastive.clip_loss, dict(
+        image_embeddings=Tensor(*lead, s.Bi, s.E, seq=len(lead)),
+        text_embeddings=Tensor(*lead, s.Bi, s.E, seq=len(lead)),
+        scale=_scale(s),
+    )
 
 
 def _naive_retrieval(call, similarity, targets, k):
@@ -386,11 +536,17 @@ def _naive_retrieval(call, similarity, targets, k):
     return sum(hits) / len(hits)
 
 
-@spec("contrastive.retrieval_accuracy", contrastive.retrieval_accuracy, dict(Q=(1, 5), C=(1, 5), k=(1, 4)),
-      reference=_naive_retrieval, half=False)
+@spec(
+    "contrastive.retrieval_accuracy",
+    contrastive.retrieval_accuracy,
+    dict(Q=(1, 5), C=(1, 5), k=(1, 4)),
+    reference=_naive_retrieval,
+    half=False,
+)
 def _(s):
-    return contrastive.retrieval_accuracy, dict(similarity=Tensor(s.Q, s.C), targets=Ids(s.Q, vocab=s.C, seq=None),
-                                                k=Int(s.k))
+    return contrastive.retrieval_accuracy, dict(
+        similarity=Tensor(s.Q, s.C), targets=Ids(s.Q, vocab=s.C, seq=None), k=Int(s.k)
+    )
 
 
 def _dual_encoder_loss(model, images, text_inputs, groups):
@@ -404,15 +560,20 @@ def _dual_encoder_reference(call, model, images, text_inputs, groups):
     return _naive_clip_loss(a.reshape(groups, -1, a.shape[-1]), b.reshape(groups, -1, b.shape[-1]), scale)
 
 
-@spec("contrastive.DualEncoder", contrastive.DualEncoder, dict(per=(1, 3), groups=(1, 2), Di=(1, 4), Dt=(1, 4),
-                                                               E=(1, 4), t=(0, 1)),
-      reference=_dual_encoder_reference)
+@spec(
+    "contrastive.DualEncoder",
+    contrastive.DualEncoder,
+    dict(per=(1, 3), groups=(1, 2), Di=(1, 4), Dt=(1, 4), E=(1, 4), t=(0, 1)),
+    reference=_dual_encoder_reference,
+)
 def _(s):
-    model = _module(lambda: contrastive.DualEncoder(nn.Identity(), nn.Identity(), s.Di, s.Dt, s.E,
-                                                    temperature=[0.07, 0.005][s.t]))  # scales 1/0.07, then capped
+    model = _module(
+        lambda: contrastive.DualEncoder(nn.Identity(), nn.Identity(), s.Di, s.Dt, s.E, temperature=[0.07, 0.005][s.t])
+    )  # scales 1/0.07, then capped
     B = s.per * s.groups
-    return _dual_encoder_loss, dict(model=Const(model), images=Tensor(B, s.Di), text_inputs=Tensor(B, s.Dt),
-                                    groups=Int(s.groups))
+    return _dual_encoder_loss, dict(
+        model=Const(model), images=Tensor(B, s.Di), text_inputs=Tensor(B, s.Dt), groups=Int(s.groups)
+    )
 
 
 # lora -----------------------------------------------------------------------------------------------------
@@ -422,12 +583,15 @@ LORA = dict(B=(1, 3), d_in=(1, 5), d_out=(1, 5), r=(1, 5), trained=(0, 1), bias=
 
 def _lora_layer(s):
     """A LoRALinear of rank min(r, d_in, d_out) on a random nn.Linear; B = 0 (as made) or trained (random)."""
+
     def make():
-        layer = lora.LoRALinear(nn.Linear(s.d_in, s.d_out, bias=bool(s.bias)), min(s.r, s.d_in, s.d_out),
-                                alpha=[None, 3.0][s.alpha])
+        layer = lora.LoRALinear(
+            nn.Linear(s.d_in, s.d_out, bias=bool(s.bias)), min(s.r, s.d_in, s.d_out), alpha=[None, 3.0][s.alpha]
+        )
         if s.trained:
             nn.init.normal_(layer.B)
         return layer
+
     return _module(make)
 
 
@@ -457,8 +621,11 @@ def _check_new_lora(out, args):
 
 @spec("lora.LoRALinear (construction)", lora.LoRALinear, LORA, check=_check_new_lora)
 def _(s):
-    return lora.LoRALinear, dict(base=Obj(nn.Linear(s.d_in, s.d_out)), r=Int(min(s.r, s.d_in, s.d_out)),
-                                 alpha=Num(2.0) if s.alpha else Const(None))
+    return lora.LoRALinear, dict(
+        base=Obj(nn.Linear(s.d_in, s.d_out)),
+        r=Int(min(s.r, s.d_in, s.d_out)),
+        alpha=Num(2.0) if s.alpha else Const(None),
+    )
 
 
 def _adapted_output(model, targets, r, alpha, x):
@@ -477,8 +644,13 @@ def _adapted_reference(call, model, targets, r, alpha, x):
 def _(s):
     model = _module(lambda: blocks.EncoderBlock(8, 2, 8))
     targets = [("W_q", "W_v"), ("W_o",), ("W_k", "W_v", "no_such_layer")][s.which]
-    return _adapted_output, dict(model=Obj(model), targets=Texts(targets, corruptions=("one str", "numbers", "empty")),
-                                 r=Int(s.r), alpha=Num(2.0), x=Tensor(s.B, s.T, 8, seq=1))
+    return _adapted_output, dict(
+        model=Obj(model),
+        targets=Texts(targets, corruptions=("one str", "numbers", "empty")),
+        r=Int(s.r),
+        alpha=Num(2.0),
+        x=Tensor(s.B, s.T, 8, seq=1),
+    )
 
 
 def _merged_output(model, x):
@@ -489,8 +661,12 @@ def _merged_output(model, x):
 
 def _merged_reference(call, model, x):
     """The adapted model before merging: where it has a LoRALinear the merged one has an nn.Linear; its output."""
-    kinds = [type(m).__name__ for m in model.modules() if isinstance(m, (lora.LoRALinear, nn.Linear))
-             and not any(m is l.base for l in model.modules() if isinstance(l, lora.LoRALinear))]
+    kinds = [
+        type(m).__name__
+        for m in model.modules()
+        if isinstance(m, (lora.LoRALinear, nn.Linear))
+        and not any(m is l.base for l in model.modules() if isinstance(l, lora.LoRALinear))
+    ]
     return ["Linear" for _ in kinds], model(x)
 
 
@@ -503,21 +679,28 @@ def _(s):
             if isinstance(m, lora.LoRALinear):
                 nn.init.normal_(m.B)  # trained
         return model
+
     return _merged_output, dict(model=Obj(_module(adapted)), x=Tensor(s.B, s.T, 8, seq=1))
 
 
-@spec("lora.freeze", lora.freeze, dict(D=(1, 4)), check=lambda out, args: (
-        out is args["model"] and not any(p.requires_grad for p in out.parameters())))
+@spec(
+    "lora.freeze",
+    lora.freeze,
+    dict(D=(1, 4)),
+    check=lambda out, args: out is args["model"] and not any(p.requires_grad for p in out.parameters()),
+)
 def _(s):
     return lora.freeze, dict(model=Obj(blocks.FeedForward(s.D, 4)))
 
 
 # pretrain -------------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def _hf_mlm_tokenizer(mask_id: int):
     """A Hugging Face tokenizer of 258 ids ([PAD], [MASK], the 256 bytes) whose mask token has id ``mask_id``."""
     from transformers import PreTrainedTokenizerFast
+
     tok = bpe.BPETokenizer([], specials=["[PAD]", "[MASK]"])
     return PreTrainedTokenizerFast(tokenizer_object=tok.to_hf(), pad_token="[PAD]", mask_token=tok.id_to_token[mask_id])
 
@@ -525,18 +708,32 @@ def _hf_mlm_tokenizer(mask_id: int):
 def _hf_mlm_mask(call, ids, mask_id, vocab_size, special_ids, p, mask_prob, random_prob, generator):
     """Hugging Face's DataCollatorForLanguageModeling with the same probabilities and generator state."""
     from transformers import DataCollatorForLanguageModeling
-    collator = DataCollatorForLanguageModeling(_hf_mlm_tokenizer(mask_id), mlm_probability=p,
-                                               mask_replace_prob=mask_prob, random_replace_prob=random_prob)
+
+    collator = DataCollatorForLanguageModeling(
+        _hf_mlm_tokenizer(mask_id), mlm_probability=p, mask_replace_prob=mask_prob, random_replace_prob=random_prob
+    )
     collator.generator = generator
     return collator.torch_mask_tokens(ids.clone(), special_tokens_mask=torch.isin(ids, torch.tensor(special_ids)))
 
 
-@spec("pretrain.mlm_mask", pretrain.mlm_mask, dict(B=(1, 3), T=(1, 6), mask=(0, 1), p=(0, 2)), reference=_hf_mlm_mask,
-      half=False)
+@spec(
+    "pretrain.mlm_mask",
+    pretrain.mlm_mask,
+    dict(B=(1, 3), T=(1, 6), mask=(0, 1), p=(0, 2)),
+    reference=_hf_mlm_mask,
+    half=False,
+)
 def _(s):
-    return pretrain.mlm_mask, dict(ids=Ids(s.B, s.T, vocab=258), mask_id=Int(s.mask), vocab_size=Int(258),
-                                   special_ids=IntList([0], high=257), p=Num([0.3, 0.7, 1.0][s.p]), mask_prob=Num(0.6),
-                                   random_prob=Num(0.2), generator=Gen())
+    return pretrain.mlm_mask, dict(
+        ids=Ids(s.B, s.T, vocab=258),
+        mask_id=Int(s.mask),
+        vocab_size=Int(258),
+        special_ids=IntList([0], high=257),
+        p=Num([0.3, 0.7, 1.0][s.p]),
+        mask_prob=Num(0.6),
+        random_prob=Num(0.2),
+        generator=Gen(),
+    )
 
 
 class Labels(Ids):
@@ -549,8 +746,12 @@ class Labels(Ids):
 
 def _naive_mlm_loss(call, logits, labels):
     """The mean of logsumexp(logits) - logit of the label over the predicted positions (0 when there is none)."""
-    terms = [torch.logsumexp(logits[b, t], 0) - logits[b, t, labels[b, t]]
-             for b in range(labels.shape[0]) for t in range(labels.shape[1]) if labels[b, t] != pretrain.IGNORE_INDEX]
+    terms = [
+        torch.logsumexp(logits[b, t], 0) - logits[b, t, labels[b, t]]
+        for b in range(labels.shape[0])
+        for t in range(labels.shape[1])
+        if labels[b, t] != pretrain.IGNORE_INDEX
+    ]
     return torch.stack(terms).mean() if terms else torch.zeros((), dtype=logits.dtype)
 
 
@@ -574,21 +775,30 @@ PRETRAIN = dict(B=(1, 3), T=(1, 6), variant=(0, 2), lengths=(0, 1))
 @spec("pretrain.MaskedLM", pretrain.MaskedLM, PRETRAIN)
 def _(s):
     return _module(lambda: pretrain.MaskedLM(_config(**MODEL_VARIANTS[s.variant]))), dict(
-        ids=Ids(s.B, s.T, vocab=11), lengths=_lengths_of(s, s.T) if s.lengths else Const(None))
+        ids=Ids(s.B, s.T, vocab=11), lengths=_lengths_of(s, s.T) if s.lengths else Const(None)
+    )
 
 
-@spec("pretrain.MaskedLM.loss", pretrain.MaskedLM.loss, PRETRAIN,
-      reference=lambda call, inputs, labels, lengths: _naive_mlm_loss(None, call.__self__(inputs, lengths), labels))
+@spec(
+    "pretrain.MaskedLM.loss",
+    pretrain.MaskedLM.loss,
+    PRETRAIN,
+    reference=lambda call, inputs, labels, lengths: _naive_mlm_loss(None, call.__self__(inputs, lengths), labels),
+)
 def _(s):
     model = _module(lambda: pretrain.MaskedLM(_config(**MODEL_VARIANTS[s.variant])))
-    return model.loss, dict(inputs=Ids(s.B, s.T, vocab=11), labels=Labels(s.B, s.T, vocab=11),
-                            lengths=_lengths_of(s, s.T) if s.lengths else Const(None))
+    return model.loss, dict(
+        inputs=Ids(s.B, s.T, vocab=11),
+        labels=Labels(s.B, s.T, vocab=11),
+        lengths=_lengths_of(s, s.T) if s.lengths else Const(None),
+    )
 
 
 @spec("pretrain.SequenceClassifier", pretrain.SequenceClassifier, {**PRETRAIN, "C": (1, 3)})
 def _(s):
-    return _module(lambda: pretrain.SequenceClassifier(models.Encoder(_config(**MODEL_VARIANTS[s.variant])), s.C)), \
-        dict(ids=Ids(s.B, s.T, vocab=11), lengths=_lengths_of(s, s.T) if s.lengths else Const(None))
+    return _module(
+        lambda: pretrain.SequenceClassifier(models.Encoder(_config(**MODEL_VARIANTS[s.variant])), s.C)
+    ), dict(ids=Ids(s.B, s.T, vocab=11), lengths=_lengths_of(s, s.T) if s.lengths else Const(None))
 
 
 def _naive_pad(call, sequences, pad_id, max_len):
@@ -599,8 +809,11 @@ def _naive_pad(call, sequences, pad_id, max_len):
 
 @spec("pretrain.pad", pretrain.pad, dict(B=(1, 3), T=(1, 5), cut=(0, 1)), reference=_naive_pad, half=False)
 def _(s):
-    return pretrain.pad, dict(sequences=IntLists([1 + (s.T + b) % s.T for b in range(s.B)], high=11), pad_id=Int(3),
-                              max_len=Int(max(1, s.T - 1)) if s.cut else Const(None))
+    return pretrain.pad, dict(
+        sequences=IntLists([1 + (s.T + b) % s.T for b in range(s.B)], high=11),
+        pad_id=Int(3),
+        max_len=Int(max(1, s.T - 1)) if s.cut else Const(None),
+    )
 
 
 def _classifier(s):
@@ -609,17 +822,28 @@ def _classifier(s):
 
 def _naive_accuracy(call, model, ids, lengths, labels, batch_size):
     """The share of sequences whose largest logit (one sequence at a time, cut to its length) is its label."""
-    right = [int(model(ids[i:i + 1, :int(lengths[i])], lengths[i:i + 1]).argmax()) == int(labels[i])
-             for i in range(ids.shape[0])]
+    right = [
+        int(model(ids[i : i + 1, : int(lengths[i])], lengths[i : i + 1]).argmax()) == int(labels[i])
+        for i in range(ids.shape[0])
+    ]
     return sum(right) / len(right)
 
 
-@spec("pretrain.accuracy", pretrain.accuracy, dict(N=(1, 5), T=(1, 6), batch=(1, 3)), reference=_naive_accuracy,
-      half=False)
+@spec(
+    "pretrain.accuracy",
+    pretrain.accuracy,
+    dict(N=(1, 5), T=(1, 6), batch=(1, 3)),
+    reference=_naive_accuracy,
+    half=False,
+)
 def _(s):
-    return pretrain.accuracy, dict(model=Obj(_classifier(s)), ids=Ids(s.N, s.T, vocab=11),
-                                   lengths=Ids(s.N, vocab=s.T + 1, low=1, seq=None), labels=Ids(s.N, vocab=3, seq=None),
-                                   batch_size=Int(s.batch))
+    return pretrain.accuracy, dict(
+        model=Obj(_classifier(s)),
+        ids=Ids(s.N, s.T, vocab=11),
+        lengths=Ids(s.N, vocab=s.T + 1, low=1, seq=None),
+        labels=Ids(s.N, vocab=3, seq=None),
+        batch_size=Int(s.batch),
+    )
 
 
 def _check_history(out, args):
@@ -628,22 +852,43 @@ def _check_history(out, args):
     assert len(out.loss) == len(out.lr) == args["steps"] and all(map(math.isfinite, out.loss + out.lr))
 
 
-@spec("pretrain.fit_classifier", pretrain.fit_classifier, dict(N=(1, 5), T=(1, 6), steps=(1, 3), batch=(1, 3)),
-      check=_check_history, half=False)
+@spec(
+    "pretrain.fit_classifier",
+    pretrain.fit_classifier,
+    dict(N=(1, 5), T=(1, 6), steps=(1, 3), batch=(1, 3)),
+    check=_check_history,
+    half=False,
+)
 def _(s):
-    return pretrain.fit_classifier, dict(model=Obj(_classifier(s)), ids=Ids(s.N, s.T, vocab=11),
-                                         lengths=Ids(s.N, vocab=s.T + 1, low=1, seq=None),
-                                         labels=Ids(s.N, vocab=3, seq=None), steps=Int(s.steps),
-                                         batch_size=Int(s.batch), lr=Num(1e-3))
+    return pretrain.fit_classifier, dict(
+        model=Obj(_classifier(s)),
+        ids=Ids(s.N, s.T, vocab=11),
+        lengths=Ids(s.N, vocab=s.T + 1, low=1, seq=None),
+        labels=Ids(s.N, vocab=3, seq=None),
+        steps=Int(s.steps),
+        batch_size=Int(s.batch),
+        lr=Num(1e-3),
+    )
 
 
-@spec("pretrain.fit_mlm", pretrain.fit_mlm, dict(N=(1, 4), T=(1, 8), steps=(1, 3), batch=(1, 3)),
-      check=_check_history, half=False)
+@spec(
+    "pretrain.fit_mlm",
+    pretrain.fit_mlm,
+    dict(N=(1, 4), T=(1, 8), steps=(1, 3), batch=(1, 3)),
+    check=_check_history,
+    half=False,
+)
 def _(s):
-    return pretrain.fit_mlm, dict(model=Obj(_module(lambda: pretrain.MaskedLM(_config()))),
-                                  sequences=IntLists([1 + (s.T + i) % s.T for i in range(s.N)], high=11),
-                                  pad_id=Int(0), mask_id=Int(1), steps=Int(s.steps), batch_size=Int(s.batch),
-                                  lr=Num(1e-3), quiet=Const(True))
+    return pretrain.fit_mlm, dict(
+        model=Obj(_module(lambda: pretrain.MaskedLM(_config()))),
+        sequences=IntLists([1 + (s.T + i) % s.T for i in range(s.N)], high=11),
+        pad_id=Int(0),
+        mask_id=Int(1),
+        steps=Int(s.steps),
+        batch_size=Int(s.batch),
+        lr=Num(1e-3),
+        quiet=Const(True),
+    )
 
 
 WORDS = "abcXYZ é!,'-0 "
@@ -662,11 +907,20 @@ def _scanned_words(call, text, min_len, max_len, lower):
     return [w for w in words if min_len <= len(w) and (max_len is None or len(w) <= max_len)]
 
 
-@spec("pretrain.words_of", pretrain.words_of, dict(n=(0, 30), lo=(1, 3), hi=(0, 4), lower=(0, 1)),
-      reference=_scanned_words, half=False)
+@spec(
+    "pretrain.words_of",
+    pretrain.words_of,
+    dict(n=(0, 30), lo=(1, 3), hi=(0, 4), lower=(0, 1)),
+    reference=_scanned_words,
+    half=False,
+)
 def _(s):
-    return pretrain.words_of, dict(text=Text(length=s.n, alphabet=WORDS), min_len=Int(s.lo),
-                                   max_len=Int(s.hi) if s.hi else Const(None), lower=Const(bool(s.lower)))
+    return pretrain.words_of, dict(
+        text=Text(length=s.n, alphabet=WORDS),
+        min_len=Int(s.lo),
+        max_len=Int(s.hi) if s.hi else Const(None),
+        lower=Const(bool(s.lower)),
+    )
 
 
 def _check_shuffled_words(out, args):
@@ -679,11 +933,16 @@ def _check_shuffled_words(out, args):
     assert all((t in words) == (label == 0) for t, label in zip(texts, labels))
 
 
-@spec("pretrain.shuffled_word_task", pretrain.shuffled_word_task, dict(n=(1, 6), seed=(0, 3)),
-      check=_check_shuffled_words, half=False)
+@spec(
+    "pretrain.shuffled_word_task",
+    pretrain.shuffled_word_task,
+    dict(n=(1, 6), seed=(0, 3)),
+    check=_check_shuffled_words,
+    half=False,
+)
 def _(s):
     vocabulary = ["stone", "notes", "onset", "tap", "pat", "apt", "noon", "a", "ab", "listen"]
-    return pretrain.shuffled_word_task, dict(words=Texts(vocabulary[:s.n] * 2), seed=Int(s.seed), tries=Int(20))
+    return pretrain.shuffled_word_task, dict(words=Texts(vocabulary[: s.n] * 2), seed=Int(s.seed), tries=Int(20))
 
 
 # bpe ------------------------------------------------------------------------------------------------------
@@ -695,13 +954,17 @@ WRONG_TEXTS = ("bytes", "number", "none")  # for a text that may also be a list 
 def _hf_pieces(text):
     """Hugging Face's byte-level pre-tokenizer (GPT-2's pattern, no prefix space): the pieces of ``text``."""
     from tokenizers import pre_tokenizers
-    return [piece for piece, _ in pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True).pre_tokenize_str(text)]
+
+    return [
+        piece for piece, _ in pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True).pre_tokenize_str(text)
+    ]
 
 
 def _check_byte_table(out, args):
     """256 distinct characters, Hugging Face's byte-level alphabet; the ASCII bytes as Hugging Face writes them;
     the printable bytes themselves and the others U+0100 on, in byte order."""
     from tokenizers import pre_tokenizers
+
     assert sorted(out) == list(range(256)) and set(out.values()) == set(pre_tokenizers.ByteLevel.alphabet())
     assert all([out[b]] == _hf_pieces(chr(b)) for b in range(128) if not chr(b).isspace() or chr(b) == " ")
     printable = [b for b in range(256) if chr(b).isprintable() and b != 32 and b != 173]
@@ -720,9 +983,15 @@ def _(s):
     return bpe.pretokenize, dict(text=Text(length=s.n, alphabet=TEXT))
 
 
-@spec("bpe.word_counts", bpe.word_counts, dict(n=(0, 24), several=(0, 1)), half=False,
-      reference=lambda call, texts: collections.Counter(
-          piece for text in ([texts] if isinstance(texts, str) else texts) for piece in _hf_pieces(text)))
+@spec(
+    "bpe.word_counts",
+    bpe.word_counts,
+    dict(n=(0, 24), several=(0, 1)),
+    half=False,
+    reference=lambda call, texts: collections.Counter(
+        piece for text in ([texts] if isinstance(texts, str) else texts) for piece in _hf_pieces(text)
+    ),
+)
 def _(s):
     text = Text(length=s.n, alphabet=TEXT, corruptions=("bytes", "number", "none"))
     return bpe.word_counts, dict(texts=Texts(["ab cd", "a b", "日"]) if s.several else text)
@@ -769,12 +1038,14 @@ def _counts_of(s):
     return dict(bpe.word_counts("".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))))
 
 
-@spec("bpe.learn_merges", bpe.learn_merges, dict(n=(0, 30), more=(0, 8), freq=(0, 2)), reference=_naive_merges,
-      half=False)
+@spec(
+    "bpe.learn_merges", bpe.learn_merges, dict(n=(0, 30), more=(0, 8), freq=(0, 2)), reference=_naive_merges, half=False
+)
 def _(s):
     alphabet = sorted(bpe.bytes_to_unicode().values())
-    return bpe.learn_merges, dict(counts=Counts(_counts_of(s)), vocab=Texts(alphabet), vocab_size=Int(256 + s.more),
-                                  min_frequency=Int(s.freq))
+    return bpe.learn_merges, dict(
+        counts=Counts(_counts_of(s)), vocab=Texts(alphabet), vocab_size=Int(256 + s.more), min_frequency=Int(s.freq)
+    )
 
 
 def _trained(text, vocab_size, specials, min_frequency):
@@ -790,13 +1061,22 @@ def _hf_trained(call, text, vocab_size, specials, min_frequency):
     return bpe.hf_merges(hf), [t for t, _ in vocab], hf.encode("a cab, 日 b1").ids
 
 
-@spec("bpe.BPETokenizer.train", bpe.BPETokenizer, dict(n=(0, 30), more=(0, 8), freq=(0, 2), specials=(0, 2)),
-      reference=_hf_trained, half=False)
+@spec(
+    "bpe.BPETokenizer.train",
+    bpe.BPETokenizer,
+    dict(n=(0, 30), more=(0, 8), freq=(0, 2), specials=(0, 2)),
+    reference=_hf_trained,
+    half=False,
+)
 def _(s):
-    specials = ["[PAD]", "[MASK]"][:s.specials]
+    specials = ["[PAD]", "[MASK]"][: s.specials]
     text = "".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))
-    return _trained, dict(text=Text(text, corruptions=WRONG_TEXTS), vocab_size=Int(256 + s.specials + s.more),
-                          specials=Texts(specials, corruptions=("one str", "numbers")), min_frequency=Int(s.freq))
+    return _trained, dict(
+        text=Text(text, corruptions=WRONG_TEXTS),
+        vocab_size=Int(256 + s.specials + s.more),
+        specials=Texts(specials, corruptions=("one str", "numbers")),
+        min_frequency=Int(s.freq),
+    )
 
 
 class Merges(Arg):
@@ -821,27 +1101,39 @@ def _vocabulary(merges, specials):
 def _vocabulary_reference(call, merges, specials):
     """The special tokens, Hugging Face's 256 byte characters sorted, then each merged token new so far."""
     from tokenizers import pre_tokenizers
+
     out = list(specials) + sorted(pre_tokenizers.ByteLevel.alphabet())
     return out + list(dict.fromkeys(a + b for a, b in merges if a + b not in out))
 
 
-@spec("bpe.BPETokenizer", bpe.BPETokenizer, dict(n=(0, 30), more=(0, 8), specials=(0, 2)),
-      reference=_vocabulary_reference, half=False)
+@spec(
+    "bpe.BPETokenizer",
+    bpe.BPETokenizer,
+    dict(n=(0, 30), more=(0, 8), specials=(0, 2)),
+    reference=_vocabulary_reference,
+    half=False,
+)
 def _(s):
     merges, _ = bpe.learn_merges(_counts_of(s), sorted(bpe.bytes_to_unicode().values()), 256 + s.more)
-    return _vocabulary, dict(merges=Merges(merges), specials=Texts(["[PAD]", "[MASK]"][:s.specials],
-                                                                   corruptions=("one str", "numbers")))
+    return _vocabulary, dict(
+        merges=Merges(merges), specials=Texts(["[PAD]", "[MASK]"][: s.specials], corruptions=("one str", "numbers"))
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tokenizers():
     """A tokenizer trained on a small corpus, and Hugging Face's trained the same way."""
     corpus = "the cat sat on the mat; 日本 café 12 'tis the cat's\n" * 3
     return bpe.BPETokenizer.train(corpus, 290, specials=["[PAD]"]), bpe.train_hf(corpus, 290, specials=["[PAD]"])
 
 
-@spec("bpe.BPETokenizer.encode", bpe.BPETokenizer.encode, dict(n=(0, 24)), half=False,
-      reference=lambda call, text: _tokenizers()[1].encode(text).ids)
+@spec(
+    "bpe.BPETokenizer.encode",
+    bpe.BPETokenizer.encode,
+    dict(n=(0, 24)),
+    half=False,
+    reference=lambda call, text: _tokenizers()[1].encode(text).ids,
+)
 def _(s):
     return _tokenizers()[0].encode, dict(text=Text(length=s.n, alphabet=TEXT + "thecat"))
 
@@ -862,34 +1154,60 @@ def _decoded_reference(call, ids, skip_specials):
     return "".join(pieces)
 
 
-@spec("bpe.BPETokenizer.decode", bpe.BPETokenizer.decode, dict(n=(0, 10), skip=(0, 1), as_list=(0, 1)),
-      reference=_decoded_reference, half=False)
+@spec(
+    "bpe.BPETokenizer.decode",
+    bpe.BPETokenizer.decode,
+    dict(n=(0, 10), skip=(0, 1), as_list=(0, 1)),
+    reference=_decoded_reference,
+    half=False,
+)
 def _(s):
     V = len(_tokenizers()[0])
-    ids = IntList(torch.randint(V, (s.n,), generator=torch.Generator().manual_seed(s.n)).tolist(), high=V - 1) \
-        if s.as_list else Ids(s.n, vocab=V, seq=0, batch=None)
+    ids = (
+        IntList(torch.randint(V, (s.n,), generator=torch.Generator().manual_seed(s.n)).tolist(), high=V - 1)
+        if s.as_list
+        else Ids(s.n, vocab=V, seq=0, batch=None)
+    )
     return _tokenizers()[0].decode, dict(ids=ids, skip_specials=Const(bool(s.skip)))
 
 
 def _merges_of_hf(call, text, vocab_size, specials, min_frequency):
     counts = bpe.word_counts(text)
-    return _naive_merges(None, counts, list(specials) + sorted(bpe.bytes_to_unicode().values()), vocab_size,
-                         min_frequency)[0]
+    return _naive_merges(
+        None, counts, list(specials) + sorted(bpe.bytes_to_unicode().values()), vocab_size, min_frequency
+    )[0]
 
 
-@spec("bpe.train_hf", bpe.train_hf, dict(n=(0, 30), more=(0, 8), freq=(0, 2), specials=(0, 1)),
-      reference=_merges_of_hf, half=False)
+@spec(
+    "bpe.train_hf",
+    bpe.train_hf,
+    dict(n=(0, 30), more=(0, 8), freq=(0, 2), specials=(0, 1)),
+    reference=_merges_of_hf,
+    half=False,
+)
 def _(s):
     text = "".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))
-    return (lambda text, vocab_size, specials, min_frequency: bpe.hf_merges(
-        bpe.train_hf(text, vocab_size, specials=specials, min_frequency=min_frequency))), dict(
-        text=Text(text, corruptions=WRONG_TEXTS), vocab_size=Int(256 + s.specials + s.more),
-        specials=Texts(["[PAD]"][:s.specials], corruptions=("one str", "numbers")), min_frequency=Int(s.freq))
+    return (
+        lambda text, vocab_size, specials, min_frequency: bpe.hf_merges(
+            bpe.train_hf(text, vocab_size, specials=specials, min_frequency=min_frequency)
+        )
+    ), dict(
+        text=Text(text, corruptions=WRONG_TEXTS),
+        vocab_size=Int(256 + s.specials + s.more),
+        specials=Texts(["[PAD]"][: s.specials], corruptions=("one str", "numbers")),
+        min_frequency=Int(s.freq),
+    )
 
 
-@spec("bpe.hf_merges", bpe.hf_merges, dict(n=(0, 30), more=(0, 8)), half=False,
-      reference=lambda call, hf: _naive_merges(None, bpe.word_counts(hf.text), sorted(bpe.bytes_to_unicode().values()),
-                                               256 + hf.more, 0)[0])
+@spec(
+    "bpe.hf_merges",
+    bpe.hf_merges,
+    dict(n=(0, 30), more=(0, 8)),
+    half=False,
+    reference=lambda call, hf: _naive_merges(
+        None, bpe.word_counts(hf.text), sorted(bpe.bytes_to_unicode().values()), 256 + hf.more, 0
+    )[0],
+)
 def _(s):
     text = "".join(TEXT[(i * 5 + s.n) % len(TEXT)] for i in range(s.n))
     hf = bpe.train_hf(text, 256 + s.more)
@@ -897,8 +1215,13 @@ def _(s):
     return bpe.hf_merges, dict(hf=Obj(hf))
 
 
-@spec("bpe.BPETokenizer.load", bpe.BPETokenizer.load, {}, half=False,
-      reference=lambda call, path: _tokenizers()[0].id_to_token)
+@spec(
+    "bpe.BPETokenizer.load",
+    bpe.BPETokenizer.load,
+    {},
+    half=False,
+    reference=lambda call, path: _tokenizers()[0].id_to_token,
+)
 def _(s):
     path = _tokenizers()[0].save(FILES / "tokenizer.json")
     return (lambda path: bpe.BPETokenizer.load(path).id_to_token), dict(path=FilePath(path, wrong=_garbage_file()))

@@ -1,11 +1,9 @@
 """API property specs: recurrent networks and sequence to sequence (the harness is in harness.py)."""
 
 import torch
-
-from attnbook import (rnn, seq2seq)
+from attnbook import rnn, seq2seq
 from attnbook.data import Vocab
 from harness import Choice, Const, Ids, Int, IntList, Num, Obj, Pair, Tensor, _module, spec
-
 
 # rnn ------------------------------------------------------------------------------------------------------
 
@@ -32,8 +30,9 @@ def _(s):
 
 @spec("rnn.GRUCell", rnn.GRUCell, RNN)
 def _(s):
-    return _module(lambda: rnn.GRUCell(s.D, s.H)), dict(x=Tensor(s.B, s.D), h=Tensor(s.B, s.H),
-                                                        return_gates=Const(True))
+    return _module(lambda: rnn.GRUCell(s.D, s.H)), dict(
+        x=Tensor(s.B, s.D), h=Tensor(s.B, s.H), return_gates=Const(True)
+    )
 
 
 @spec("rnn.Recurrent", rnn.Recurrent, RNN)
@@ -44,13 +43,15 @@ def _(s):
 @spec("rnn.SequenceRegressor", rnn.SequenceRegressor, RNN)
 def _(s):
     return _module(lambda: rnn.SequenceRegressor(["rnn", "lstm", "gru"][s.kind], s.D, s.H)), dict(
-        x=Tensor(s.B, s.T, s.D, seq=1))
+        x=Tensor(s.B, s.T, s.D, seq=1)
+    )
 
 
 @spec("rnn.set_forget_bias", rnn.set_forget_bias, RNN)
 def _(s):
     def set_forget_bias(module, value):
-        return rnn.set_forget_bias(module, value).b[module.hidden_size:2 * module.hidden_size]  # the forget gate
+        return rnn.set_forget_bias(module, value).b[module.hidden_size : 2 * module.hidden_size]  # the forget gate
+
     return set_forget_bias, dict(module=Obj(_module(lambda: rnn.LSTMCell(s.D, s.H))), value=Num(1.0))
 
 
@@ -61,14 +62,16 @@ def _(s):
 
 @spec("rnn.unflatten_state", rnn.unflatten_state, RNN)
 def _(s):
-    return rnn.unflatten_state, dict(cell=Obj(_module(lambda: CELLS[s.kind](s.D, s.H))),
-                                     s=Tensor(s.B, s.H * (2 if s.kind == 1 else 1)))
+    return rnn.unflatten_state, dict(
+        cell=Obj(_module(lambda: CELLS[s.kind](s.D, s.H))), s=Tensor(s.B, s.H * (2 if s.kind == 1 else 1))
+    )
 
 
 @spec("rnn.state_jacobians", rnn.state_jacobians, RNN)
 def _(s):
-    return rnn.state_jacobians, dict(cell=Obj(_module(lambda: CELLS[s.kind](s.D, s.H))),
-                                     x=Tensor(s.T, s.D, seq=0, batch=None))
+    return rnn.state_jacobians, dict(
+        cell=Obj(_module(lambda: CELLS[s.kind](s.D, s.H))), x=Tensor(s.T, s.D, seq=0, batch=None)
+    )
 
 
 @spec("rnn.jacobian_chain", rnn.jacobian_chain, RNN)
@@ -79,8 +82,9 @@ def _(s):
 @spec("rnn.gradient_norms", rnn.gradient_norms, {**RNN, "part": (0, 2)})
 def _(s):
     cell = _module(lambda: rnn.LSTMCell(s.D, s.H))
-    return rnn.gradient_norms, dict(cell=Obj(cell), x=Tensor(s.T, s.D, seq=0, batch=None),
-                                    part=Choice(["state", "h", "c"][s.part]))
+    return rnn.gradient_norms, dict(
+        cell=Obj(cell), x=Tensor(s.T, s.D, seq=0, batch=None), part=Choice(["state", "h", "c"][s.part])
+    )
 
 
 # seq2seq --------------------------------------------------------------------------------------------------
@@ -123,32 +127,48 @@ def _(s):
 @spec("seq2seq.sequence_loss", seq2seq.sequence_loss, S2S)
 def _(s):
     g = torch.Generator().manual_seed(1)
-    pairs = [(torch.randint(4, 9, (s.Ts - b % s.Ts,), generator=g).tolist(),
-              torch.randint(4, 8, (s.Tt,), generator=g).tolist()) for b in range(s.B)]
+    pairs = [
+        (
+            torch.randint(4, 9, (s.Ts - b % s.Ts,), generator=g).tolist(),
+            torch.randint(4, 8, (s.Tt,), generator=g).tolist(),
+        )
+        for b in range(s.B)
+    ]
     return seq2seq.sequence_loss, dict(model=Obj(_seq2seq(s)), batch=Const(seq2seq.make_batch(pairs)))
 
 
 @spec("seq2seq.greedy_decode", seq2seq.greedy_decode, S2S, half=False)
 def _(s):
-    return seq2seq.greedy_decode, dict(model=Obj(_seq2seq(s)), src=Ids(s.B, s.Ts, vocab=9),
-                                       src_lengths=_lengths(s), max_len=Int(s.Tt))
+    return seq2seq.greedy_decode, dict(
+        model=Obj(_seq2seq(s)), src=Ids(s.B, s.Ts, vocab=9), src_lengths=_lengths(s), max_len=Int(s.Tt)
+    )
 
 
 @spec("seq2seq.beam_search", seq2seq.beam_search, S2S, half=False)
 def _(s):
-    return seq2seq.beam_search, dict(model=Obj(_seq2seq(s)), src=Ids(s.Ts, vocab=9, batch=None),
-                                     beam_width=Int(s.B), max_len=Int(s.Tt))
+    return seq2seq.beam_search, dict(
+        model=Obj(_seq2seq(s)), src=Ids(s.Ts, vocab=9, batch=None), beam_width=Int(s.B), max_len=Int(s.Tt)
+    )
 
 
 @spec("seq2seq.score_sequence", seq2seq.score_sequence, S2S)
 def _(s):
-    return seq2seq.score_sequence, dict(model=Obj(_seq2seq(s)), src=Ids(s.Ts, vocab=9, batch=None),
-                                        tokens=IntList([4 + t % 4 for t in range(s.Tt)], high=7))
+    return seq2seq.score_sequence, dict(
+        model=Obj(_seq2seq(s)),
+        src=Ids(s.Ts, vocab=9, batch=None),
+        tokens=IntList([4 + t % 4 for t in range(s.Tt)], high=7),
+    )
 
 
 @spec("seq2seq.translate", seq2seq.translate, S2S, half=False)
 def _(s):
     words = ["le", "chat", "est", "noir", "un"]
     src_vocab, tgt_vocab = Vocab(words), Vocab(["the", "cat", "is", "black"])
-    return seq2seq.translate, dict(model=Obj(_seq2seq(s)), tokens=Const(words[:s.Ts]), src_vocab=Obj(src_vocab),
-                                   tgt_vocab=Obj(tgt_vocab), beam_width=Int(s.B), max_len=Int(s.Tt))
+    return seq2seq.translate, dict(
+        model=Obj(_seq2seq(s)),
+        tokens=Const(words[: s.Ts]),
+        src_vocab=Obj(src_vocab),
+        tgt_vocab=Obj(tgt_vocab),
+        beam_width=Int(s.B),
+        max_len=Int(s.Tt),
+    )

@@ -1,11 +1,10 @@
 """The API properties (harness.py) run over every spec (specs_*.py), and every public entry point has one."""
-from types import SimpleNamespace
 
 import collections
 import inspect
+from types import SimpleNamespace
+
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 # the specs register themselves in harness.SPECS when imported
 import specs_attention  # noqa: F401
@@ -14,17 +13,23 @@ import specs_models  # noqa: F401
 import specs_recurrent  # noqa: F401
 import specs_tools  # noqa: F401
 from harness import MODULES, SPECS, STATS, changes_of, run_case
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_an_error_naming_the_argument_or_a_finite_result_equal_to_the_reference(name):
     @given(data=st.data())
-    @settings(max_examples=SPECS[name].examples, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=SPECS[name].examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     def property_of_the_spec(data):
-        sizes = SimpleNamespace(**{k: data.draw(st.integers(lo, hi), label=k)
-                                   for k, (lo, hi) in SPECS[name].sizes.items()})
-        seed = data.draw(st.integers(0, 2 ** 16), label="seed")
+        sizes = SimpleNamespace(
+            **{k: data.draw(st.integers(lo, hi), label=k) for k, (lo, hi) in SPECS[name].sizes.items()}
+        )
+        seed = data.draw(st.integers(0, 2**16), label="seed")
         change = data.draw(st.sampled_from(changes_of(name, sizes)), label="change")
         run_case(name, sizes, seed, change)
 
@@ -35,7 +40,7 @@ def test_an_error_naming_the_argument_or_a_finite_result_equal_to_the_reference(
 
 EXCLUDED = {
     "attention.KVCache": "a container for keys and values, exercised through GroupedQueryAttention(cache=...) "
-                         "(test_blocks_modern, test_attention_conventions)",
+    "(test_blocks_modern, test_attention_conventions)",
     "flash.FlashAttentionFunction": "the autograd function behind flash_attention, exercised through it",
     "flash.FastMemory": "the counter of the IO model, exercised through standard_attention_io and flash_attention_io",
     "flash.IOCount": "the result type of the IO model",
@@ -56,7 +61,7 @@ EXCLUDED = {
     "export.Exported": "the result type of to_onnx and tagger_to_onnx",
     "export.Prompt": "the result type of prompt_ids",
     "train_lm.Trainer": "one training run on Tiny Shakespeare (test_train_lm); its configuration is TrainConfig's, "
-                        "its checkpoints load_checkpoint's",
+    "its checkpoints load_checkpoint's",
     "train_lm.train_run": "trains and writes a run's folder (test_train_lm), from a TrainConfig",
     "train_lm.main": "the command line (test_train_lm: flags, configuration files, torchrun)",
     "train_lm.CheckpointError": "the error of a refused checkpoint, raised here by load_checkpoint and load_model",
@@ -89,8 +94,10 @@ def test_each_spec_accepts_its_valid_call_and_refuses_a_list(name):
     if SPECS[name].valid_call_in is None:
         assert run_case(name, sizes, 0, None, count=False) == "result"
     _, args = SPECS[name].build(sizes)
-    bad = next(((k, "list") for k, a in args.items() if "list" in a.corruptions and not getattr(a, "list_ok", False)),
-               next(((k, a.corruptions[0]) for k, a in args.items() if a.corruptions), None))
+    bad = next(
+        ((k, "list") for k, a in args.items() if "list" in a.corruptions and not getattr(a, "list_ok", False)),
+        next(((k, a.corruptions[0]) for k, a in args.items() if a.corruptions), None),
+    )
     if bad is not None:
         outcome = run_case(name, sizes, 0, bad, count=False)
         assert outcome == "error" if bad[1] == "list" else outcome in ("error", "result")
@@ -106,8 +113,8 @@ def test_statistics(capsys):
         totals[outcome] += count
     entry_points = len({id(s.target) for s in SPECS.values()})
     with capsys.disabled():
-        print(f"\nAPI properties: {entry_points} public entry points in {len(SPECS)} specs, "
-              f"{sum(totals.values())} generated cases ({totals['error']} named errors, {totals['result']} results "
-              f"equal to the reference)")
-
-
+        print(
+            f"\nAPI properties: {entry_points} public entry points in {len(SPECS)} specs, "
+            f"{sum(totals.values())} generated cases ({totals['error']} named errors, {totals['result']} results "
+            f"equal to the reference)"
+        )

@@ -12,6 +12,7 @@ A chapter shows diagram ``name`` with a Markdown image followed by its caption p
 
 which Jupyter displays as it is and the book turns into a numbered figure (``attnbook_book.figures``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -98,4 +99,20 @@ def main(argv: list[str] | None = None) -> int:
 
 # the modules register their diagrams when imported
 from . import (  # noqa: E402,F401
-    ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15, legend)
+    ch01,
+    ch02,
+    ch03,
+    ch04,
+    ch05,
+    ch06,
+    ch07,
+    ch08,
+    ch09,
+    ch10,
+    ch11,
+    ch12,
+    ch13,
+    ch14,
+    ch15,
+    legend,
+)

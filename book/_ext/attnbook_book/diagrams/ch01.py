@@ -1,4 +1,5 @@
 """Chapter 1, vanishing gradients: the unrolled RNN, and backpropagation through time with truncation."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -7,8 +8,16 @@ from .svg import SMALL, Diagram
 CELL_W, CELL_H = 78, 42
 
 
-def _unrolled(d: Diagram, x0: float, y_cell: float, steps: list[str], *, gap: float = 50, losses: bool = True,
-              ellipsis_after: int | None = None):
+def _unrolled(
+    d: Diagram,
+    x0: float,
+    y_cell: float,
+    steps: list[str],
+    *,
+    gap: float = 50,
+    losses: bool = True,
+    ellipsis_after: int | None = None,
+):
     """Cells of an unrolled RNN from x0; returns the cell boxes (one per step label in ``steps``)."""
     cells, x = [], x0
     for k, t in enumerate(steps):
@@ -45,8 +54,13 @@ def rnn_unrolled() -> Diagram:
     d.text(cells[-1].x1 + 34, cells[-1].cy - 14, "$h_T$", role="hidden", size=SMALL)
     del h0
     y = cells[0].y1 + 42 + 30 + 18
-    d.text(350, y, "the same $W_{hh}$, $W_{xh}$ and $b$ in every cell: $h_t = \\tanh(W_{hh} h_{t-1} + W_{xh} x_t + b)$",
-           size=SMALL, muted=True)
+    d.text(
+        350,
+        y,
+        "the same $W_{hh}$, $W_{xh}$ and $b$ in every cell: $h_t = \\tanh(W_{hh} h_{t-1} + W_{xh} x_t + b)$",
+        size=SMALL,
+        muted=True,
+    )
     return d
 
 
@@ -63,7 +77,7 @@ def bptt_truncation() -> Diagram:
         for k, x in enumerate(xs):
             loss = d.box(x + w / 2 - 20, y_loss, 40, 28, f"$L_{k + 1}$")
             hb = d.box(x, y_h, w, h, f"$h_{k + 1}$", role="hidden")
-            d.arrow([(hb.cx - 9, hb.y), (loss.cx - 9, loss.y1)])                      # forward: state -> loss
+            d.arrow([(hb.cx - 9, hb.y), (loss.cx - 9, loss.y1)])  # forward: state -> loss
             d.arrow([(loss.cx + 9, loss.y1), (hb.cx + 9, hb.y)], role="grad", dashed=True)  # gradient back
             hs.append(hb)
         d.arrow([(x0 - 62, y_h + h / 2 - 6), (xs[0], y_h + h / 2 - 6)])

@@ -1,4 +1,5 @@
 """Chapter 2, LSTM and GRU: the two gated cells, with the symbols of their equations."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -28,8 +29,12 @@ def lstm_cell() -> Diagram:
     # the highway: c_{t-1} -> (x f_t) -> (+ i_t g_t) -> c_t
     f_mul, add = _highway(d, hw, 40, 215, 395, 690, "$c_{t-1}$", "$c_t$")
     # the gates, all reading [h_{t-1}, x_t]
-    gates = {"f": _gate(d, 215, 230, "$\\sigma$", "forget"), "i": _gate(d, 305, 230, "$\\sigma$", "input"),
-             "g": _gate(d, 395, 230, "$\\tanh$", "candidate"), "o": _gate(d, 495, 230, "$\\sigma$", "output")}
+    gates = {
+        "f": _gate(d, 215, 230, "$\\sigma$", "forget"),
+        "i": _gate(d, 305, 230, "$\\sigma$", "input"),
+        "g": _gate(d, 395, 230, "$\\tanh$", "candidate"),
+        "o": _gate(d, 495, 230, "$\\sigma$", "output"),
+    }
     d.arrow([(40, bus), (500, bus)], head=False)
     d.text(40, bus + 18, "$h_{t-1}$", anchor="start", role="hidden")
     d.arrow([(110, 400), (110, bus)], head=False)

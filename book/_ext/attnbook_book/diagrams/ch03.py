@@ -1,5 +1,6 @@
 """Chapter 3, Bahdanau attention: the fixed-context bottleneck against attention, and one step of additive
 attention."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -65,8 +66,14 @@ def seq2seq_bottleneck() -> Diagram:
     d.arrow([pool.right, (ss[1].x + 9, pool.cy), (ss[1].x + 9, ss[1].y)])
     for h, w in zip(hs, WEIGHTS):
         d.text(h.cx + 20, top + 116, f"{w:.2f}", size=SMALL, role="weight")
-    d.text(20, top + 276, "line width: the attention weight $a_{2,i}$; every step $t$ gets its own weights and $c_t$",
-           anchor="start", size=SMALL, muted=True)
+    d.text(
+        20,
+        top + 276,
+        "line width: the attention weight $a_{2,i}$; every step $t$ gets its own weights and $c_t$",
+        anchor="start",
+        size=SMALL,
+        muted=True,
+    )
     return d
 
 
@@ -105,12 +112,14 @@ def additive_attention_step() -> Diagram:
     soft = d.box(cols[0] - 30, 178, cols[-1] - cols[0] + 60, 28, "softmax over $i$", shape="op")
     for e in scores:
         d.arrow([e.top, (e.cx, soft.y1)])
-    weights = d.grid(cols[0] - 30, 108, 1, 1, (60, 30), role="weight", values=[[WEIGHTS[0]]],
-                     labels=[[f"{WEIGHTS[0]:.2f}"]])
+    weights = d.grid(
+        cols[0] - 30, 108, 1, 1, (60, 30), role="weight", values=[[WEIGHTS[0]]], labels=[[f"{WEIGHTS[0]:.2f}"]]
+    )
     cells = [weights]
     for k, x in enumerate(cols[1:], start=1):
-        cells.append(d.grid(x - 30, 108, 1, 1, (60, 30), role="weight", values=[[WEIGHTS[k]]],
-                            labels=[[f"{WEIGHTS[k]:.2f}"]]))
+        cells.append(
+            d.grid(x - 30, 108, 1, 1, (60, 30), role="weight", values=[[WEIGHTS[k]]], labels=[[f"{WEIGHTS[k]:.2f}"]])
+        )
     for cell in cells:
         d.arrow([(cell.cx, soft.y), cell.bottom])
     d.text(222, 123, "weights $a_{t,i}$", role="weight", size=SMALL, anchor="end")

@@ -1,4 +1,5 @@
 """Chapter 4, queries, keys and values: attention as a soft lookup, and the same computation as matrices."""
+
 from __future__ import annotations
 
 import math
@@ -63,20 +64,40 @@ def attention_matrix() -> Diagram:
 
     qb = matrix(40, top1 + c, tq, dk, "query", "$Q$", "$(T_q, d_k)$", then="$\\times$")
     kb = matrix(qb.x1 + 44, top1, dk, tk, "key", "$K^\\top$", "$(d_k, T_k)$", then="$=$", at=qb.cy)
-    sb = matrix(kb.x1 + 44, top1 + c, tq, tk, "weight", "$S = QK^\\top$", "$(T_q, T_k)$",
-                values=[[0.18] * tk for _ in range(tq)])
+    sb = matrix(
+        kb.x1 + 44,
+        top1 + c,
+        tq,
+        tk,
+        "weight",
+        "$S = QK^\\top$",
+        "$(T_q, T_k)$",
+        values=[[0.18] * tk for _ in range(tq)],
+    )
     d.text(sb.x1 + 16, sb.cy - 11, "one score per (query, key)", anchor="start", size=SMALL, muted=True)
     d.text(sb.x1 + 16, sb.cy + 11, "pair: a dot product of length $d_k$", anchor="start", size=SMALL, muted=True)
     # row 2: softmax(S / sqrt(d_k)) row by row, then times V
     rows = [[0.10, 0.55, 0.15, 0.12, 0.08], [0.30, 0.10, 0.10, 0.40, 0.10], [0.05, 0.05, 0.70, 0.10, 0.10]]
     ab_y = top2 + 2 * c - c * tq / 2 + 4
-    op = d.box(40, ab_y + tq * c / 2 - 22, 190, 44, ["$\\operatorname{softmax}(S / \\sqrt{d_k})$", ("each row sums to 1", SMALL)],
-               shape="op")
+    op = d.box(
+        40,
+        ab_y + tq * c / 2 - 22,
+        190,
+        44,
+        ["$\\operatorname{softmax}(S / \\sqrt{d_k})$", ("each row sums to 1", SMALL)],
+        shape="op",
+    )
     d.arrow([(sb.cx, sb.y1 + 30), (sb.cx, top2 - 36), (op.cx, top2 - 36), op.top])
     ab = matrix(op.x1 + 40, ab_y, tq, tk, "weight", "$A$", "$(T_q, T_k)$", values=rows, then="$\\times$")
     d.arrow([op.right, ab.left])
     vb = matrix(ab.x1 + 44, top2, tk, dv, "value", "$V$", "$(T_k, d_v)$", then="$=$", at=ab.cy)
     matrix(vb.x1 + 44, ab.y, tq, dv, "value", "output", "$(T_q, d_v)$")
-    d.text(40, 386, "Row $i$ of the output is the average of the rows of $V$ with the weights of row $i$ of $A$.",
-           anchor="start", size=SMALL, muted=True)
+    d.text(
+        40,
+        386,
+        "Row $i$ of the output is the average of the rows of $V$ with the weights of row $i$ of $A$.",
+        anchor="start",
+        size=SMALL,
+        muted=True,
+    )
     return d

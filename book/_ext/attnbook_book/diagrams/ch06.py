@@ -1,4 +1,5 @@
 """Chapter 6, masking: the causal mask and padding masks as grids over (query, key)."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -8,8 +9,9 @@ WORDS = ["the", "cat", "sat", "on", "it"]
 CELL = 40
 
 
-def _axes(d: Diagram, g, keys: list[str], queries: list[str], *, key_title: str = "key $j$",
-          query_title: str = "query $i$"):
+def _axes(
+    d: Diagram, g, keys: list[str], queries: list[str], *, key_title: str = "key $j$", query_title: str = "query $i$"
+):
     for j, w in enumerate(keys):
         d.text(g.x + (j + 0.5) * CELL, g.y - 12, w, size=SMALL)
     for i, w in enumerate(queries):
@@ -23,13 +25,31 @@ def causal_mask() -> Diagram:
     d = Diagram("causal_mask", 720, 350, "The causal mask")
     n = len(WORDS)
     future = [[j > i for j in range(n)] for i in range(n)]
-    m = d.grid(110, 80, n, n, CELL, role="weight", values=[[0.12] * n for _ in range(n)], blocked=future,
-               labels=[["$-\\infty$" if j > i else "0" for j in range(n)] for i in range(n)])
+    m = d.grid(
+        110,
+        80,
+        n,
+        n,
+        CELL,
+        role="weight",
+        values=[[0.12] * n for _ in range(n)],
+        blocked=future,
+        labels=[["$-\\infty$" if j > i else "0" for j in range(n)] for i in range(n)],
+    )
     _axes(d, m, WORDS, WORDS)
     d.text(m.cx, m.y1 + 22, "the mask $M$, added to the scores", size=SMALL)
     weights = [[1 / (i + 1) if j <= i else 0.0 for j in range(n)] for i in range(n)]
-    a = d.grid(470, 80, n, n, CELL, role="weight", values=weights, blocked=future,
-               labels=[[f"{weights[i][j]:.2f}" if j <= i else "0" for j in range(n)] for i in range(n)])
+    a = d.grid(
+        470,
+        80,
+        n,
+        n,
+        CELL,
+        role="weight",
+        values=weights,
+        blocked=future,
+        labels=[[f"{weights[i][j]:.2f}" if j <= i else "0" for j in range(n)] for i in range(n)],
+    )
     _axes(d, a, WORDS, WORDS)
     d.text(a.cx, a.y1 + 22, "weights after the softmax", size=SMALL)
     d.arrow([(m.x1 + 40, m.cy), (a.x - 64, a.cy)])

@@ -1,4 +1,5 @@
 """Chapter 7, multi-head attention: project, split into heads, attend per head, concatenate, W_O."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -28,8 +29,14 @@ def multi_head_attention() -> Diagram:
         sx_k = cx - 130 + k * 90
         stacks[name] = d.stack(sx_k, 404, 66, 32, H, f"${name}$", role=role)
         d.arrow([(sx_k + 33, proj.y), (sx_k + 33, 436)])
-    shape(396, "$(B, T, D) \\to (B, T, H, D_h) \\to (B, H, T, D_h)$", "a reshape and a transpose: $H$ heads of width $D_h$")
-    att = d.stack(cx - 130, 300, 246, 40, H, "$\\operatorname{softmax}(Q_h K_h^\\top / \\sqrt{D_h})\\, V_h$", shape="op")
+    shape(
+        396,
+        "$(B, T, D) \\to (B, T, H, D_h) \\to (B, H, T, D_h)$",
+        "a reshape and a transpose: $H$ heads of width $D_h$",
+    )
+    att = d.stack(
+        cx - 130, 300, 246, 40, H, "$\\operatorname{softmax}(Q_h K_h^\\top / \\sqrt{D_h})\\, V_h$", shape="op"
+    )
     for s in stacks.values():
         d.arrow([(s.cx, s.y - 3 * 6), (s.cx, att.y1)])
     shape(300, "every head attends on its own:", "weights $(B, H, T, T)$")

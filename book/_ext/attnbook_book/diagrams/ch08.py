@@ -1,5 +1,6 @@
 """Chapter 8, the transformer block: the (post-norm) encoder block, the feed-forward network as two 1x1
 convolutions, and the whole encoder-decoder."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -50,8 +51,7 @@ def ffn_conv1x1() -> Diagram:
     d.arrow([(col(g_h), g_h.y), (col(g_h), 92), (w2.cx, 92), w2.top], radius=8)
     d.arrow([w2.bottom, (w2.cx, 314), (col(g_out), 314), (col(g_out), g_out.y1)], radius=8)
     d.text(360, 34, "Each kernel covers one position and all its channels;", size=SMALL, muted=True)
-    d.text(360, 54, "the same weights slide over every position (the framed column is one).", size=SMALL,
-           muted=True)
+    d.text(360, 54, "the same weights slide over every position (the framed column is one).", size=SMALL, muted=True)
     d.text(360, 338, "rows: channels (features); columns: positions $t = 1, \\ldots, T$", size=SMALL, muted=True)
     return d
 

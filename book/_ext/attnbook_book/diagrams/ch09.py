@@ -1,5 +1,6 @@
 """Chapter 9, flash attention: the GPU's memory hierarchy and what each algorithm moves through it, and the
 loops of tiled attention over blocks of Q, K and V."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -67,8 +68,16 @@ def flash_tiles() -> Diagram:
             if j > i:
                 d.grid(x, y, 1, 1, b, blocked=[[True]])
             elif j == i:
-                d.grid(x, y, 4, 4, sub, role="weight", values=[[0.35] * 4 for _ in range(4)],
-                       blocked=[[c > r for c in range(4)] for r in range(4)])
+                d.grid(
+                    x,
+                    y,
+                    4,
+                    4,
+                    sub,
+                    role="weight",
+                    values=[[0.35] * 4 for _ in range(4)],
+                    blocked=[[c > r for c in range(4)] for r in range(4)],
+                )
             else:
                 d.grid(x, y, 1, 1, b, role="weight", values=[[0.35]])
     d.box(sx + j_cur * b, sy + i_cur * b, b, b, shape="frame", role="weight")
@@ -91,13 +100,27 @@ def flash_tiles() -> Diagram:
     d.text(ox + 20, sy - 18, "$O$", role="value")
     d.text(ox + 60, sy + (i_cur + 0.5) * b - 9, "$m$, $\\ell$,", size=SMALL, anchor="start")
     d.text(ox + 60, sy + (i_cur + 0.5) * b + 9, "$\\tilde O$ of block $i$", size=SMALL, anchor="start")
-    d.text(520, sy + nb * b + 40, "$\\tilde O_i \\leftarrow e^{m - m'} \\tilde O_i + \\exp(S_{ij} - m')\\, V_j$", size=SMALL)
+    d.text(
+        520,
+        sy + nb * b + 40,
+        "$\\tilde O_i \\leftarrow e^{m - m'} \\tilde O_i + \\exp(S_{ij} - m')\\, V_j$",
+        size=SMALL,
+    )
     d.text(520, sy + nb * b + 62, "after the last $j$: $O_i = \\tilde O_i / \\ell$", size=SMALL)
     # legend
     ly = 396
     d.grid(30, ly - 8, 1, 1, 16, blocked=[[True]])
     d.text(52, ly, "skipped (all masked)", size=SMALL, anchor="start", muted=True)
-    d.grid(210, ly - 8, 2, 2, 8, role="weight", values=[[0.35, 0.35], [0.35, 0.35]], blocked=[[False, True], [False, False]])
+    d.grid(
+        210,
+        ly - 8,
+        2,
+        2,
+        8,
+        role="weight",
+        values=[[0.35, 0.35], [0.35, 0.35]],
+        blocked=[[False, True], [False, False]],
+    )
     d.text(232, ly, "on the diagonal: masked inside", size=SMALL, anchor="start", muted=True)
     d.grid(460, ly - 8, 1, 1, 16, role="weight", values=[[0.35]])
     d.text(482, ly, "computed in SRAM", size=SMALL, anchor="start", muted=True)

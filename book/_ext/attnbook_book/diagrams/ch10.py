@@ -1,5 +1,6 @@
 """Chapter 10, the vision transformer: an image cut into patches, embedded, given a class token and
 positions, encoded, and classified from the class token."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -17,8 +18,10 @@ def vit_pipeline() -> Diagram:
         for c, v in enumerate(row):
             x = ix + c * px + (c // 2) * gap_p
             y = iy + r * px + (r // 2) * gap_p
-            d._body.append(f'<rect x="{_n(x)}" y="{_n(y)}" width="{px}" height="{px}" '
-                           f'class="t-line" fill-opacity="{0.85 if v == "1" else 0.08}"/>')
+            d._body.append(
+                f'<rect x="{_n(x)}" y="{_n(y)}" width="{px}" height="{px}" '
+                f'class="t-line" fill-opacity="{0.85 if v == "1" else 0.08}"/>'
+            )
     side = px * len(SEVEN) + gap_p * (patch - 1)
     d.text(ix + side / 2, iy - 36, "an image, cut", size=SMALL)
     d.text(ix + side / 2, iy - 18, "into $N = 9$ patches", size=SMALL)
@@ -28,8 +31,15 @@ def vit_pipeline() -> Diagram:
     flat = [d.box(x, 404, w, 30, f"{k}", shape="tensor", size=SMALL) for k, x in enumerate(cols[1:], start=1)]
     d.arrow([(ix + side / 2, iy + side), (ix + side / 2, 419), flat[0].left])
     d.text(ix, 446, "each patch flattened: $P^2 C$ numbers", size=SMALL, muted=True, anchor="start")
-    emb = d.box(cols[1], 344, cols[-1] + w - cols[1], 32, "$E$: one linear map for every patch (a strided convolution)",
-                shape="layer", size=SMALL)
+    emb = d.box(
+        cols[1],
+        344,
+        cols[-1] + w - cols[1],
+        32,
+        "$E$: one linear map for every patch (a strided convolution)",
+        shape="layer",
+        size=SMALL,
+    )
     for f in flat:
         d.arrow([f.top, (f.cx, emb.y1)])
     toks = [d.box(x, 286, w, 28, "", shape="tensor") for x in cols[1:]]
@@ -43,8 +53,14 @@ def vit_pipeline() -> Diagram:
         d.text(x + w / 2, 271, "+", size=SMALL)
     d.text(20, 150, "$+\\, E_{\\mathrm{pos}}$: a learned", size=SMALL, role="position", anchor="start")
     d.text(20, 168, "vector per position", size=SMALL, role="position", anchor="start")
-    enc = d.box(cols[0], 138, cols[-1] + w - cols[0], 44, ["transformer encoder", ("$L$ pre-norm blocks, no mask", SMALL)],
-                shape="layer")
+    enc = d.box(
+        cols[0],
+        138,
+        cols[-1] + w - cols[0],
+        44,
+        ["transformer encoder", ("$L$ pre-norm blocks, no mask", SMALL)],
+        shape="layer",
+    )
     for p in pos:
         d.arrow([(p.cx, p.y), (p.cx, enc.y1)])
     # only the class token's output goes to the head

@@ -1,5 +1,6 @@
 """Chapter 11, modern tweaks: post-norm against pre-norm, multi-head, grouped-query and multi-query
 attention, the KV cache, mixture-of-experts routing, and rotary position embeddings."""
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,13 @@ def gqa_mqa() -> Diagram:
             kb, vb = kvs[i // (H // h_kv)]
             d.line([q.bottom, (vb.x, kb.y)], width=1.2)
         d.text(cx, 244, f"cache per token: ${2 * h_kv}\\, D_h$ numbers", size=SMALL)
-    d.text(360, 276, "query heads (purple) read the key (orange) and value (green) head of their group", size=SMALL,
-           muted=True)
+    d.text(
+        360,
+        276,
+        "query heads (purple) read the key (orange) and value (green) head of their group",
+        size=SMALL,
+        muted=True,
+    )
     return d
 
 
@@ -124,8 +130,7 @@ def moe_routing() -> Diagram:
         ex = d.box(360, y - 2, 120, 34, f"$\\mathrm{{FFN}}_{e + 1}$", shape="layer", dashed=not take)
         if take:
             d.arrow([cell.right, ex.left], role="weight", width=1.4 + 5 * p)
-            d.arrow([ex.right, (530, ex.cy), (530, pool.cy), pool.left], role="value", radius=8,
-                    touches=())
+            d.arrow([ex.right, (530, ex.cy), (530, pool.cy), pool.left], role="value", radius=8, touches=())
     d.text(420, 316, "only the top $A = 2$ experts run for this token", size=SMALL, muted=True)
     d.arrow([pool.right, (660, pool.cy)], role="value")
     d.text(690, pool.cy - 18, "$\\sum p_e \\mathrm{FFN}_e(x)$", anchor="end", size=SMALL, role="value")
@@ -143,11 +148,14 @@ def rope() -> Diagram:
     for i, (x, om) in enumerate(zip(xs, omegas)):
         d.text(x, 24, f"pair {i}", bold=True, size=SMALL)
         d.text(x, 42, f"$\\omega_{i} = {om:.2g}$", size=SMALL, muted=True)
-    for row, (role, pos, y, label) in enumerate([("query", m, 120, f"$q$ at position $m = {m}$"),
-                                                  ("key", n, 250, f"$k$ at position $n = {n}$")]):
+    for _row, (role, pos, y, label) in enumerate(
+        [("query", m, 120, f"$q$ at position $m = {m}$"), ("key", n, 250, f"$k$ at position $n = {n}$")]
+    ):
         d.text(20, y, label, anchor="start", role=role)
         for i, (x, om) in enumerate(zip(xs, omegas)):
-            d.path(f"M{_n(x - r)},{y}A{r},{r} 0 1 1 {_n(x + r)},{y}A{r},{r} 0 1 1 {_n(x - r)},{y}", role="mask", width=1)
+            d.path(
+                f"M{_n(x - r)},{y}A{r},{r} 0 1 1 {_n(x + r)},{y}A{r},{r} 0 1 1 {_n(x - r)},{y}", role="mask", width=1
+            )
             a0 = content[role][i]
             a1 = a0 + pos * om
             p0 = (x + r * math.sin(a0), y - r * math.cos(a0))
@@ -156,13 +164,25 @@ def rope() -> Diagram:
             s0 = (x + rr * math.sin(a0), y - rr * math.cos(a0))
             s1 = (x + rr * math.sin(a1), y - rr * math.cos(a1))
             large = 1 if (a1 - a0) % (2 * math.pi) > math.pi else 0
-            d.path(f"M{_n(s0[0])},{_n(s0[1])}A{_n(rr)},{_n(rr)} 0 {large} 1 {_n(s1[0])},{_n(s1[1])}", role=role, width=1.4)
+            d.path(
+                f"M{_n(s0[0])},{_n(s0[1])}A{_n(rr)},{_n(rr)} 0 {large} 1 {_n(s1[0])},{_n(s1[1])}", role=role, width=1.4
+            )
             d.path(f"M{x},{y}L{_n(p0[0])},{_n(p0[1])}", role="mask", width=1.6, dashed=True)
             d.path(f"M{x},{y}L{_n(p1[0])},{_n(p1[1])}", role=role, width=2.4)
             d.dot(p1[0], p1[1], role, 3.5)
         d.text(xs[-1] + 60, y, f"$\\times {pos}\\omega_i$", anchor="start", size=SMALL, role=role)
-    d.text(360, 318, "Pair $i$ of a vector at position $p$ turns by $p\\,\\omega_i$ (dashed: before). The dot product",
-           size=SMALL, muted=True)
-    d.text(360, 338, f"$q'_m \\cdot k'_n$ sees only the difference of the angles: it depends on $n - m$ alone.",
-           size=SMALL, muted=True)
+    d.text(
+        360,
+        318,
+        "Pair $i$ of a vector at position $p$ turns by $p\\,\\omega_i$ (dashed: before). The dot product",
+        size=SMALL,
+        muted=True,
+    )
+    d.text(
+        360,
+        338,
+        "$q'_m \\cdot k'_n$ sees only the difference of the angles: it depends on $n - m$ alone.",
+        size=SMALL,
+        muted=True,
+    )
     return d

@@ -1,5 +1,6 @@
 """Chapter 13, tokens and pretraining: byte-pair encoding, the three families of transformers, masked
 language modelling, and low-rank adapters."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -9,10 +10,12 @@ from .svg import SMALL, Diagram
 @diagram
 def bpe_merges() -> Diagram:
     d = Diagram("bpe_merges", 720, 300, "Byte-pair encoding merges a word's pieces step by step")
-    steps = [("the word's bytes", ["\u0120", "t", "h", "e"], None),
-             ("merge \u0120 + t", ["\u0120t", "h", "e"], 0),
-             ("merge h + e", ["\u0120t", "he"], 1),
-             ("merge \u0120t + he", ["\u0120the"], 0)]
+    steps = [
+        ("the word's bytes", ["\u0120", "t", "h", "e"], None),
+        ("merge \u0120 + t", ["\u0120t", "h", "e"], 0),
+        ("merge h + e", ["\u0120t", "he"], 1),
+        ("merge \u0120t + he", ["\u0120the"], 0),
+    ]
     x0, y0, step_h, cw = 250, 46, 54, 38
     d.text(x0, 18, "tokens of \u201c the\u201d", anchor="start", bold=True, size=SMALL)
     for k, (label, tokens, new) in enumerate(steps):
@@ -23,14 +26,25 @@ def bpe_merges() -> Diagram:
             w = cw * len(tok) if len(tok) > 1 else cw
             d.box(x, y, w, 34, tok, role="weight" if i == new else None, size=SMALL)
             x += w + 6
-        d.text(560, y + 17, f"{len(tokens)} token{'s' if len(tokens) > 1 else ''}", anchor="start", size=SMALL,
-               muted=True)
+        d.text(
+            560, y + 17, f"{len(tokens)} token{'s' if len(tokens) > 1 else ''}", anchor="start", size=SMALL, muted=True
+        )
         if k:
             d.arrow([(x0 - 8, y - step_h + 34), (x0 - 8, y)], head=True)
-    d.text(360, 262, "\u0120 stands for the space before the word. Each step merges the most frequent adjacent",
-           size=SMALL, muted=True)
-    d.text(360, 282, "pair, counted over every word of the text; the new token (blue) joins the vocabulary.",
-           size=SMALL, muted=True)
+    d.text(
+        360,
+        262,
+        "\u0120 stands for the space before the word. Each step merges the most frequent adjacent",
+        size=SMALL,
+        muted=True,
+    )
+    d.text(
+        360,
+        282,
+        "pair, counted over every word of the text; the new token (blue) joins the vocabulary.",
+        size=SMALL,
+        muted=True,
+    )
     return d
 
 
@@ -47,10 +61,16 @@ def three_families() -> Diagram:
     for x, title in panels:
         d.text(x + 100, 20, title, bold=True, size=SMALL)
     # encoder-only: every position sees every position, one vector per token out; decoder-only: causal
-    for x0, kind, name, outs, note in [(30, "full", ["encoder", ("bidirectional", SMALL)], [""] * 4,
-                                        "a vector per token, in context"),
-                                       (270, "causal", ["decoder", ("causal", SMALL)],
-                                        [f"$x_{i + 2}$" for i in range(4)], "the next token, at every position")]:
+    for x0, kind, name, outs, note in [
+        (30, "full", ["encoder", ("bidirectional", SMALL)], [""] * 4, "a vector per token, in context"),
+        (
+            270,
+            "causal",
+            ["decoder", ("causal", SMALL)],
+            [f"$x_{i + 2}$" for i in range(4)],
+            "the next token, at every position",
+        ),
+    ]:
         toks = [d.box(x0 + i * 36, 270, 30, 28, f"$x_{i + 1}$", size=SMALL) for i in range(4)]
         stack = d.box(x0, 150, 138, 60, name, shape="layer")
         for t in toks:
@@ -102,8 +122,7 @@ def masked_lm() -> Diagram:
             if k in chosen:
                 d.box(x, 232, w, 28, shape="frame", role="line")
         d.arrow([(x + w / 2, 286), (x + w / 2, 260)])
-    enc = d.box(x0, 150, xs[-1] + w - x0, 44, ["encoder", ("every position sees every position", SMALL)],
-                shape="layer")
+    enc = d.box(x0, 150, xs[-1] + w - x0, 44, ["encoder", ("every position sees every position", SMALL)], shape="layer")
     for x in xs:
         d.arrow([(x + w / 2, 232), (x + w / 2, enc.y1)])
     for k, x in enumerate(xs):
@@ -122,7 +141,16 @@ def lora() -> Diagram:
     d = Diagram("lora", 720, 310, "A low-rank adapter beside a frozen weight matrix")
     x = d.box(60, 250, 200, 30, "$x$: width $d_{in}$", shape="tensor", size=SMALL)
     W = d.box(40, 110, 240, 100, ["$W$", ("$d_{out} \\times d_{in}$, frozen", SMALL)], shape="layer", dashed=True)
-    A = d.box(380, 170, 200, 32, ["$A$", ], shape="layer")
+    A = d.box(
+        380,
+        170,
+        200,
+        32,
+        [
+            "$A$",
+        ],
+        shape="layer",
+    )
     B = d.box(455, 100, 50, 40, "$B$", shape="layer")
     d.text(590, 186, "$r \\times d_{in}$, trained", anchor="start", size=SMALL)
     d.text(515, 120, "$d_{out} \\times r$, trained, starts at 0", anchor="start", size=SMALL)
@@ -153,11 +181,24 @@ def gpt2_c_attn() -> Diagram:
         target = d.box(part.x + 10, 222, side - 20, 40, label, shape="layer")
         d.arrow([part.bottom, target.top], role=role)
     d.text(x0 + side / 2 - 8, 201, "each transposed", anchor="end", size=SMALL, muted=True)
-    d.text(x0 + 1.5 * side, 284, "the book's nn.Linear layers, $D \\times D$ each, stored (out, in)", size=SMALL,
-           muted=True)
-    notes = ["GPT-2's Conv1D computes $xW + b$", "with $W$ stored (in, out);", "",
-             "nn.Linear computes $xW^\\top + b$", "with $W$ stored (out, in).", "",
-             "So: split the $3D$ columns in three", "and transpose each block; the bias,", "$3D$ numbers, splits the same way."]
+    d.text(
+        x0 + 1.5 * side,
+        284,
+        "the book's nn.Linear layers, $D \\times D$ each, stored (out, in)",
+        size=SMALL,
+        muted=True,
+    )
+    notes = [
+        "GPT-2's Conv1D computes $xW + b$",
+        "with $W$ stored (in, out);",
+        "",
+        "nn.Linear computes $xW^\\top + b$",
+        "with $W$ stored (out, in).",
+        "",
+        "So: split the $3D$ columns in three",
+        "and transpose each block; the bias,",
+        "$3D$ numbers, splits the same way.",
+    ]
     for k, line in enumerate(notes):
         if line:
             d.text(446, 80 + 22 * k, line, anchor="start", size=SMALL)
@@ -166,24 +207,39 @@ def gpt2_c_attn() -> Diagram:
 
 @diagram
 def pretrain_finetune() -> Diagram:
-    d = Diagram("pretrain_finetune", 720, 392, "Pretraining an encoder, then fine-tuning it, against training from scratch")
+    d = Diagram(
+        "pretrain_finetune", 720, 392, "Pretraining an encoder, then fine-tuning it, against training from scratch"
+    )
 
     def letters(y, word, masked=None):
         """One box per letter from x = 20, its middle at y; returns the right end."""
         for i, ch in enumerate(word):
-            d.box(20 + i * 30, y - 14, 26, 28, "M" if i == masked else ch, size=SMALL,
-                  role="mask" if i == masked else None)
+            d.box(
+                20 + i * 30,
+                y - 14,
+                26,
+                28,
+                "M" if i == masked else ch,
+                size=SMALL,
+                role="mask" if i == masked else None,
+            )
         return 20 + len(word) * 30 - 4
 
-    lanes = [(44, "pretraining: no labels"), (176, "fine-tuning: few labels"),
-             (300, "from scratch: the same labels")]
+    lanes = [(44, "pretraining: no labels"), (176, "fine-tuning: few labels"), (300, "from scratch: the same labels")]
     encoders = []
     for k, (top, title) in enumerate(lanes):
         d.text(20, top - 20, title, anchor="start", bold=True, size=SMALL)
         y = top + 30
         end = letters(y, "master" if k == 0 else "tsemar", masked=2 if k == 0 else None)
-        enc = d.box(226, y - 22, 150, 44, ["encoder", ("copied" if k == 1 else "fresh weights" if k == 2 else
-                                                       "bidirectional", SMALL)], shape="layer", size=SMALL)
+        enc = d.box(
+            226,
+            y - 22,
+            150,
+            44,
+            ["encoder", ("copied" if k == 1 else "fresh weights" if k == 2 else "bidirectional", SMALL)],
+            shape="layer",
+            size=SMALL,
+        )
         encoders.append(enc)
         d.arrow([(end, y), enc.left])
         if k == 0:
@@ -202,6 +258,11 @@ def pretrain_finetune() -> Diagram:
             d.text(648, y + 10, "shuffled", anchor="start", size=SMALL)
     d.arrow([encoders[0].bottom, encoders[1].top], dashed=True)
     d.text(encoders[0].cx + 10, 132, "copy its weights", anchor="start", size=SMALL, muted=True)
-    d.text(360, 376, "The same labelled examples and recipe for both; only the encoder's starting weights differ.",
-           size=SMALL, muted=True)
+    d.text(
+        360,
+        376,
+        "The same labelled examples and recipe for both; only the encoder's starting weights differ.",
+        size=SMALL,
+        muted=True,
+    )
     return d

@@ -1,12 +1,13 @@
 """Chapter 14, scaling and practice: the FLOPs of a token, the activations a block keeps, the memory of a
 training step, activation checkpointing, the bits of float32, float16 and bfloat16, the loop of loss
 scaling, and QK normalisation against an entropy collapse."""
+
 from __future__ import annotations
 
 import math
 
 from . import diagram
-from .svg import SMALL, Diagram, _n
+from .svg import SMALL, Diagram
 
 NL = "n_{\\text{layer}}"  # the number of blocks, as the chapter writes it (L is the loss there)
 
@@ -29,8 +30,9 @@ def flops_per_token() -> Diagram:
     # attention: three matrices, two products with the T keys and values of the window, one more matrix
     d.dot(sx, 562, "line", 4.5)
     d.line([(sx, 562), (bx + 70, 562)])
-    wq, wk, wv = (d.box(bx - 100 + 70 * i, 506, 60, 34, name, shape="layer")
-                  for i, name in enumerate(["$W_Q$", "$W_K$", "$W_V$"]))
+    wq, wk, wv = (
+        d.box(bx - 100 + 70 * i, 506, 60, 34, name, shape="layer") for i, name in enumerate(["$W_Q$", "$W_K$", "$W_V$"])
+    )
     for w in (wq, wk, wv):
         d.arrow([(w.cx, 562), w.bottom])
     ledger(523, "$3 \\times 2D^2$", "param", "three $D \\times D$ matrices")
@@ -116,8 +118,9 @@ def activation_memory() -> Diagram:
     end = chips(cx0, ln1.cy, [("$x$", u, None), ("$\\mathrm{LN}(x)$", u + 30, None)])
     end = stats(end + 14, ln1.cy)
     d.text(end + 12, ln1.cy, "$2D + 2$", anchor="start", size=SMALL, muted=True)
-    d.text(cx0, wqkv.cy, "$W_Q$, $W_K$, $W_V$ keep their input, $\\mathrm{LN}(x)$", anchor="start", size=SMALL,
-           muted=True)
+    d.text(
+        cx0, wqkv.cy, "$W_Q$, $W_K$, $W_V$ keep their input, $\\mathrm{LN}(x)$", anchor="start", size=SMALL, muted=True
+    )
     # attention keeps Q, K, V and its output; then either a log-sum-exp per head, or two T x T matrices
     top, bot = bands["attn"]
     att = d.box(ox - 70, bot - 40, 140, 28, "attention", shape="op", size=SMALL)
@@ -132,8 +135,16 @@ def activation_memory() -> Diagram:
     d.text(cx0 + 60, row, "fused kernel: $H$ log-sum-exps, one per head", anchor="start", size=SMALL)
     row = top + 96
     d.grid(cx0, row - 12, 4, 4, 6, role="weight", values=[[0.35] * 4] * 4)
-    d.grid(cx0 + 30, row - 12, 4, 4, 6, role="weight", values=[[0.35] * 4] * 4,
-           blocked=[[c > r for c in range(4)] for r in range(4)])
+    d.grid(
+        cx0 + 30,
+        row - 12,
+        4,
+        4,
+        6,
+        role="weight",
+        values=[[0.35] * 4] * 4,
+        blocked=[[c > r for c in range(4)] for r in range(4)],
+    )
     d.text(cx0 + 60, row, "or explicit: $P$ and masked weights, $2HT$", anchor="start", size=SMALL)
     add1 = add_above("attn", wo)
     # the second norm and W_1; then the hidden layer, kept once for ReLU and W_2
@@ -164,8 +175,10 @@ def checkpointing() -> Diagram:
     d = Diagram("checkpointing", 720, 512, "What activation checkpointing keeps and what it recomputes")
     bw = 100
     xs = [104 + 136 * k for k in range(4)]  # the blocks' left edges
-    for title, top, h in (("Without checkpointing: the forward pass keeps every block's activations", 20, 196),
-                          ("With checkpointing: only each block's input; the backward pass, at block 3", 244, 226)):
+    for title, top, h in (
+        ("Without checkpointing: the forward pass keeps every block's activations", 20, 196),
+        ("With checkpointing: only each block's input; the backward pass, at block 3", 244, 226),
+    ):
         d.text(20, top, title, anchor="start", bold=True, size=SMALL)
         d.box(12, top + 14, 696, h, shape="panel")
 
@@ -188,8 +201,13 @@ def checkpointing() -> Diagram:
     backward(y, [loss, *reversed(blocks), x0])
     for b in blocks:
         d.box(b.x, y + 58, bw, 60, ["activations", ("$8D + F$ each", SMALL)], size=SMALL)
-    d.text(360, 200, "memory: the activations of all $n_{\\text{layer}}$ blocks, until the backward pass reaches each",
-           size=SMALL, muted=True)
+    d.text(
+        360,
+        200,
+        "memory: the activations of all $n_{\\text{layer}}$ blocks, until the backward pass reaches each",
+        size=SMALL,
+        muted=True,
+    )
     # with: the inputs only; block 4 is done, block 3 is recomputed from its input, then differentiated
     y = 282
     x0, blocks, loss = row(y)
@@ -201,8 +219,13 @@ def checkpointing() -> Diagram:
     d.text(chip.x1 + 32, chip.cy, "forward again", anchor="start", size=SMALL)
     d.text(blocks[3].cx, y + 108, "done: freed", size=SMALL, muted=True)
     d.text((blocks[0].cx + blocks[1].cx) / 2, y + 108, "not reached yet: inputs only", size=SMALL, muted=True)
-    d.text(360, 456, "memory: the blocks' inputs and one block's activations; time: one more forward pass",
-           size=SMALL, muted=True)
+    d.text(
+        360,
+        456,
+        "memory: the blocks' inputs and one block's activations; time: one more forward pass",
+        size=SMALL,
+        muted=True,
+    )
     d.legend(150, 498, [({}, "forward pass"), ({"role": "grad", "dashed": True}, "backward pass: gradients")], gap=40)
     return d
 
@@ -210,7 +233,7 @@ def checkpointing() -> Diagram:
 def _sci(x: float) -> str:
     """A number as TeX-like scientific notation with two significant digits: 3.4 x 10^38."""
     exponent = math.floor(math.log10(x))
-    mantissa = x / 10 ** exponent
+    mantissa = x / 10**exponent
     if round(mantissa, 1) >= 10:
         mantissa, exponent = mantissa / 10, exponent + 1
     return f"${mantissa:.1f} \\times 10^{{{exponent}}}$"
@@ -233,12 +256,24 @@ def float_formats() -> Diagram:
         sign = d.box(x0, top, bit, 44, "", shape="tensor")
         d.text(sign.cx, top - 10, "sign", size=SMALL, muted=True)
         d.box(sign.x1, top, exponent * bit, 44, ["exponent", (f"{exponent} bits", SMALL)], size=SMALL)
-        d.box(sign.x1 + exponent * bit, top, mantissa * bit, 44, ["mantissa", (f"{mantissa} bits", SMALL)],
-              size=SMALL)
-        d.text(sign.x1 + 8, top + 58, f"largest {_sci(info.max) if info.max > 1e6 else f'{info.max:,.0f}'},  smallest normal {_sci(info.tiny)},  "
-               f"step after 1: $2^{{-{mantissa}}}$", anchor="start", size=SMALL, muted=True)
-    d.text(20, 336, "bfloat16 keeps float32's exponent and range; float16 trades range for three more "
-           "mantissa bits", anchor="start", size=SMALL, muted=True)
+        d.box(sign.x1 + exponent * bit, top, mantissa * bit, 44, ["mantissa", (f"{mantissa} bits", SMALL)], size=SMALL)
+        d.text(
+            sign.x1 + 8,
+            top + 58,
+            f"largest {_sci(info.max) if info.max > 1e6 else f'{info.max:,.0f}'},  smallest normal {_sci(info.tiny)},  "
+            f"step after 1: $2^{{-{mantissa}}}$",
+            anchor="start",
+            size=SMALL,
+            muted=True,
+        )
+    d.text(
+        20,
+        336,
+        "bfloat16 keeps float32's exponent and range; float16 trades range for three more mantissa bits",
+        anchor="start",
+        size=SMALL,
+        muted=True,
+    )
     return d
 
 
@@ -255,10 +290,19 @@ def loss_scaling() -> Diagram:
     step = d.box(20, 150, 200, 44, ["optimizer step", ("on the float32 weights", SMALL)], shape="op", size=SMALL)
     scaled = d.box(520, 150, 180, 44, "multiply by $s$", shape="op", size=SMALL)
     check = d.box(20, 248, 200, 44, "a gradient inf or NaN?", shape="op", size=SMALL)
-    unscale = d.box(270, 248, 200, 44, ["divide by $s$", ("in float32", SMALL)], shape="op", size=SMALL,
-                    label_role="grad")
-    back = d.box(520, 248, 180, 44, ["backward pass", ("gradients of $s\\mathcal{L}$", SMALL)], shape="op",
-                 size=SMALL, label_role="grad")
+    unscale = d.box(
+        270, 248, 200, 44, ["divide by $s$", ("in float32", SMALL)], shape="op", size=SMALL, label_role="grad"
+    )
+    back = d.box(
+        520,
+        248,
+        180,
+        44,
+        ["backward pass", ("gradients of $s\\mathcal{L}$", SMALL)],
+        shape="op",
+        size=SMALL,
+        label_role="grad",
+    )
     skip = d.box(20, 346, 200, 44, ["skip the step", ("halve $s$", SMALL)], shape="op", size=SMALL)
     d.arrow([master.right, fwd.left])
     d.arrow([fwd.right, loss.left])
@@ -273,8 +317,7 @@ def loss_scaling() -> Diagram:
     d.text(132, 319, "yes", anchor="start", size=SMALL, muted=True)
     d.text(370, 162, f"after {growth:,} steps without", size=SMALL, muted=True)
     d.text(370, 182, "inf or NaN: double $s$", size=SMALL, muted=True)
-    d.text(240, 368, "either way, the next batch starts again from the weights", anchor="start", size=SMALL,
-           muted=True)
+    d.text(240, 368, "either way, the next batch starts again from the weights", anchor="start", size=SMALL, muted=True)
     return d
 
 
@@ -315,8 +358,7 @@ def qk_norm() -> Diagram:
         d.text(350, y + 17, f"logits $\\times {factor}$", anchor="start", size=SMALL)
         d.grid(446, y, 1, 6, (40, 34), role="weight", values=[weights], labels=[[f"{w:.2f}" for w in weights]])
         d.text(446, y + 50, f"entropy {entropy:.2f} nats", anchor="start", size=SMALL, muted=True)
-    d.text(350, 300, "A one-hot row passes almost no gradient to $q$ and $k$:", anchor="start", size=SMALL,
-           muted=True)
+    d.text(350, 300, "A one-hot row passes almost no gradient to $q$ and $k$:", anchor="start", size=SMALL, muted=True)
     d.text(350, 320, "the head stays stuck. With the norms, $q$ and $k$ keep", anchor="start", size=SMALL, muted=True)
     d.text(350, 340, "their size whatever $W_Q$ and $W_K$ become; only the", anchor="start", size=SMALL, muted=True)
     d.text(350, 360, "norms' gains can sharpen the weights.", anchor="start", size=SMALL, muted=True)

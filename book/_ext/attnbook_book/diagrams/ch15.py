@@ -1,5 +1,6 @@
 """Chapter 15, beyond text: attention with a mask and a score bias, sets, where a graph's structure goes,
 a spectrogram cut into patches, and two ways to combine images and text."""
+
 from __future__ import annotations
 
 import math
@@ -22,40 +23,70 @@ def biased_attention() -> Diagram:
     d = Diagram("biased_attention", 720, 250, "Attention with a mask and a score bias")
     scores = [[0.3, 0.5, 0.2, 0.4], [0.6, 0.2, 0.5, 0.3], [0.2, 0.4, 0.3, 0.6], [0.5, 0.3, 0.6, 0.2]]
     bias = [[0.8, 0.4, 0.1, 0.4], [0.4, 0.8, 0.4, 0.1], [0.1, 0.4, 0.8, 0.4], [0.4, 0.1, 0.4, 0.8]]
-    mask = [[False, False, True, False], [False, False, False, True], [True, False, False, False],
-            [False, True, False, False]]
+    mask = [
+        [False, False, True, False],
+        [False, False, False, True],
+        [True, False, False, False],
+        [False, True, False, False],
+    ]
     y = 60
     s = _matrix(d, 20, y, "$q_i \\cdot k_j / \\sqrt{D_h}$", "the scores", role="weight", values=scores)
     d.text(s.x1 + 20, s.cy, "+")
     b = _matrix(d, s.x1 + 40, y, "bias $b_{ij}$", "about pairs", role="position", values=bias)
     d.text(b.x1 + 20, b.cy, "$\\odot$")
-    m = _matrix(d, b.x1 + 40, y, "mask $M_{ij}$", "who sees whom", role="weight",
-                values=[[0.0] * N for _ in range(N)], blocked=mask)
+    m = _matrix(
+        d,
+        b.x1 + 40,
+        y,
+        "mask $M_{ij}$",
+        "who sees whom",
+        role="weight",
+        values=[[0.0] * N for _ in range(N)],
+        blocked=mask,
+    )
     d.arrow([(m.x1 + 22, m.cy), (m.x1 + 96, m.cy)])
     d.text(m.x1 + 59, m.cy - 16, "softmax", size=SMALL)
     weights = [[0.0 if mask[i][j] else 0.25 + 0.5 * bias[i][j] * scores[i][j] for j in range(N)] for i in range(N)]
     a = _matrix(d, m.x1 + 104, y, "weights $a_{ij}$", "then times $V$", role="weight", values=weights, blocked=mask)
     del a
-    d.text(360, 206, "The tokens $X$ give the queries, keys and values; the bias adds a number to the score of each pair",
-           size=SMALL, muted=True)
-    d.text(360, 226, "(here larger on the diagonal); the mask removes pairs, whose weight is exactly 0.", size=SMALL,
-           muted=True)
+    d.text(
+        360,
+        206,
+        "The tokens $X$ give the queries, keys and values; the bias adds a number to the score of each pair",
+        size=SMALL,
+        muted=True,
+    )
+    d.text(
+        360,
+        226,
+        "(here larger on the diagonal); the mask removes pairs, whose weight is exactly 0.",
+        size=SMALL,
+        muted=True,
+    )
     return d
 
 
 @diagram
 def set_models() -> Diagram:
     d = Diagram("set_models", 720, 344, "Deep Sets and the Set Transformer")
-    for x0, title in ((20, "Deep Sets: $\\rho\\big(\\mathrm{mean}_i\\, \\phi(x_i)\\big)$"),
-                      (380, "Set Transformer: attention, then the mean")):
+    for x0, title in (
+        (20, "Deep Sets: $\\rho\\big(\\mathrm{mean}_i\\, \\phi(x_i)\\big)$"),
+        (380, "Set Transformer: attention, then the mean"),
+    ):
         d.text(x0, 20, title, anchor="start", bold=True, size=SMALL)
     values = ["3", "41", "7", "19"]
     for x0, attend in ((40, False), (400, True)):
         xs = [x0 + i * 70 for i in range(4)]
         elems = [d.box(x, 276, 50, 30, v, size=SMALL) for x, v in zip(xs, values)]
         if attend:
-            att = d.box(x0, 186, 260, 46, ["self-attention, no positions", ("every element looks at every other", SMALL)],
-                        shape="layer")
+            att = d.box(
+                x0,
+                186,
+                260,
+                46,
+                ["self-attention, no positions", ("every element looks at every other", SMALL)],
+                shape="layer",
+            )
             for e in elems:
                 d.arrow([e.top, (e.cx, att.y1)])
             outs = [d.box(x, 130, 50, 26, "", role="value") for x in xs]
@@ -76,8 +107,7 @@ def set_models() -> Diagram:
         head = d.box(x0 + 80, 30, 100, 28, "$\\rho$" if not attend else "head", shape="layer", size=SMALL)
         d.arrow([mean.top, head.bottom])
         d.text(x0 + 200, 44, "the largest", anchor="start", size=SMALL, muted=True)
-    d.text(360, 330, "a set of numbers, in any order: the answer must not depend on the order", size=SMALL,
-           muted=True)
+    d.text(360, 330, "a set of numbers, in any order: the answer must not depend on the order", size=SMALL, muted=True)
     return d
 
 
@@ -122,9 +152,16 @@ def graph_structure() -> Diagram:
     d.text(360, 276, "coordinates added to each node", size=SMALL, muted=True)
     # the scores: a bias per shortest-path distance
     dist = [[min((i - j) % RING, (j - i) % RING) for j in range(RING)] for i in range(RING)]
-    g = d.grid(540, 70, RING, RING, 20, role="position", values=[[0.8 - 0.25 * dist[i][j] for j in range(RING)]
-                                                                  for i in range(RING)],
-               labels=[[str(dist[i][j]) for j in range(RING)] for i in range(RING)])
+    g = d.grid(
+        540,
+        70,
+        RING,
+        RING,
+        20,
+        role="position",
+        values=[[0.8 - 0.25 * dist[i][j] for j in range(RING)] for i in range(RING)],
+        labels=[[str(dist[i][j]) for j in range(RING)] for i in range(RING)],
+    )
     d.text(g.cx, g.y1 + 20, "$b_{ij} = \\beta[\\mathrm{dist}(i, j)]$", size=SMALL)
     d.text(g.cx, g.y1 + 40, "every node sees every node,", size=SMALL, muted=True)
     d.text(g.cx, g.y1 + 58, "biased by distance", size=SMALL, muted=True)
@@ -156,8 +193,10 @@ def spectrogram_patches() -> Diagram:
             f = rows - 1 - r
             ridge = 1 + q * 0.42
             v = max(0.06, 1 - abs(f - ridge) / 1.6)
-            d._body.append(f'<rect x="{_n(x0 + q * c)}" y="{_n(y0 + r * c)}" width="{c}" height="{c}" '
-                           f'class="t-line" fill-opacity="{_n(0.85 * v)}"/>')
+            d._body.append(
+                f'<rect x="{_n(x0 + q * c)}" y="{_n(y0 + r * c)}" width="{c}" height="{c}" '
+                f'class="t-line" fill-opacity="{_n(0.85 * v)}"/>'
+            )
     for q in range(0, cols + 1, 4):
         d.line([(x0 + q * c, y0), (x0 + q * c, y0 + rows * c)], role="position", width=2)
     for r in range(0, rows + 1, 4):
@@ -187,8 +226,10 @@ def two_modalities() -> Diagram:
         d.box(x, 232, 34, 14, "", role="position")
         d.text(x + 17, 257, "+", size=SMALL)
     for i in range(4):  # the image patches drawn as small pictures
-        d._body.append(f'<rect x="{_n(xs[i] + 9)}" y="277" width="16" height="14" class="t-line" '
-                       f'fill-opacity="{_n(0.2 + 0.2 * i)}"/>')
+        d._body.append(
+            f'<rect x="{_n(xs[i] + 9)}" y="277" width="16" height="14" class="t-line" '
+            f'fill-opacity="{_n(0.2 + 0.2 * i)}"/>'
+        )
     d.text(xs[1] + 37, 316, "image patches", size=SMALL, muted=True)
     d.text(xs[5] + 37, 316, "text tokens", size=SMALL, muted=True)
     enc = d.box(30, 150, 314, 44, ["one transformer", ("every token sees every token", SMALL)], shape="layer")
@@ -204,8 +245,9 @@ def two_modalities() -> Diagram:
     te = d.box(574, 196, 124, 40, "text encoder", shape="layer", size=SMALL)
     d.arrow([img.top, ie.bottom])
     d.arrow([txt.top, te.bottom])
-    sim = d.grid(500, 62, 4, 4, 20, role="weight",
-                 values=[[0.9 if i == j else 0.12 for j in range(4)] for i in range(4)])
+    sim = d.grid(
+        500, 62, 4, 4, 20, role="weight", values=[[0.9 if i == j else 0.12 for j in range(4)] for i in range(4)]
+    )
     d.arrow([ie.top, (ie.cx, sim.cy), sim.left], radius=8)
     d.arrow([te.top, (te.cx, sim.cy), sim.right], radius=8)
     d.text(sim.cx, 46, "similarities $s_{ij}$, $B \\times B$", size=SMALL)

@@ -1,4 +1,5 @@
 """The key to the book's pictures, shown on the notation page: what each colour and shape means."""
+
 from __future__ import annotations
 
 from . import diagram
@@ -9,8 +10,14 @@ from .svg import SMALL, Diagram
 def visual_language() -> Diagram:
     d = Diagram("visual_language", 720, 330, "The colours and shapes of the book's diagrams")
     d.text(20, 20, "Colours: what a tensor is", anchor="start", bold=True)
-    roles = [("query", "queries"), ("key", "keys"), ("value", "values, outputs"), ("weight", "scores, weights"),
-             ("hidden", "recurrent states"), ("position", "positions")]
+    roles = [
+        ("query", "queries"),
+        ("key", "keys"),
+        ("value", "values, outputs"),
+        ("weight", "scores, weights"),
+        ("hidden", "recurrent states"),
+        ("position", "positions"),
+    ]
     for k, (role, text) in enumerate(roles):
         x, y = 20 + (k % 3) * 236, 46 + (k // 3) * 40
         d.box(x, y, 44, 26, "", role=role)

@@ -1,12 +1,23 @@
 """Pieces that several diagrams share: sub-layers on a residual path, normalised after the sum (post-norm)
 or at the entrance of the branch (pre-norm)."""
+
 from __future__ import annotations
 
 from .svg import Box, Diagram
 
 
-def post_norm_unit(d: Diagram, cx: float, y_in: float, label, *, w: float = 220, h: float = 34, side: float = -1,
-                   norm_label: str = "LayerNorm", norm_h: float = 30) -> tuple[Box, float]:
+def post_norm_unit(
+    d: Diagram,
+    cx: float,
+    y_in: float,
+    label,
+    *,
+    w: float = 220,
+    h: float = 34,
+    side: float = -1,
+    norm_label: str = "LayerNorm",
+    norm_h: float = 30,
+) -> tuple[Box, float]:
     """A sub-layer whose output is added to its input and then normalised, drawn upwards from y_in (its input);
     the residual path runs on the left (side -1) or the right (+1). Returns (the sub-layer box, the top y)."""
     res_x = cx + side * (w / 2 + 24)
@@ -27,8 +38,18 @@ def post_norm_height(h: float = 34, norm_h: float = 30) -> float:
     return 73 + h + norm_h
 
 
-def pre_norm_unit(d: Diagram, sx: float, bx: float, y_in: float, label, *, w: float = 200, h: float = 34,
-                  norm_label: str = "LayerNorm", norm_h: float = 26) -> tuple[Box, float]:
+def pre_norm_unit(
+    d: Diagram,
+    sx: float,
+    bx: float,
+    y_in: float,
+    label,
+    *,
+    w: float = 200,
+    h: float = 34,
+    norm_label: str = "LayerNorm",
+    norm_h: float = 26,
+) -> tuple[Box, float]:
     """A sub-layer on a branch beside the residual stream (the vertical line at x = sx): the branch is
     normalised at its entrance and its output added back to the stream, which passes through untouched.
     Drawn upwards from y_in; the branch is centred on x = bx. Returns (the sub-layer box, the top y)."""

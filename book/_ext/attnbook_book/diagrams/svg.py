@@ -17,6 +17,7 @@ The visual grammar (the README's "Writing a chapter" explains it to authors):
 - masked-out cells are grey and hatched; attention weights are blue, darker for larger weights;
 - shapes are written in muted text, ``(B, T, D)``, with the letters of book/notation.md.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,11 +28,12 @@ from dataclasses import dataclass, field
 
 from attnbook import style
 
-SIZE = 15.5   # the size of labels
+SIZE = 15.5  # the size of labels
 SMALL = 14.0  # the smallest text of a diagram (shapes, notes): the book's small text
 SCRIPT = 0.76  # sub- and superscripts, relative to their text
-FONT_STACK = ('system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", '
-              '"Liberation Sans", sans-serif')
+FONT_STACK = (
+    'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", "Liberation Sans", sans-serif'
+)
 SHAPES = ("tensor", "layer", "norm", "op", "panel", "plain", "frame")
 LINE_ROLES = ("line", *style.ROLES)
 
@@ -42,19 +44,77 @@ class LayoutError(ValueError):
 
 # --- text with a little TeX -----------------------------------------------------------------------------
 
-GREEK = {name: chr(code) for name, code in [
-    ("alpha", 0x3B1), ("beta", 0x3B2), ("gamma", 0x3B3), ("delta", 0x3B4), ("epsilon", 0x3B5), ("eta", 0x3B7),
-    ("theta", 0x3B8), ("lambda", 0x3BB), ("mu", 0x3BC), ("pi", 0x3C0), ("rho", 0x3C1), ("sigma", 0x3C3),
-    ("tau", 0x3C4), ("phi", 0x3C6), ("omega", 0x3C9), ("Delta", 0x394), ("Sigma", 0x3A3), ("Omega", 0x3A9)]}
-SYMBOLS = {"odot": "\u2299", "oplus": "\u2295", "otimes": "\u2297", "times": "\u00d7", "cdot": "\u00b7",
-           "top": "\u22a4", "to": "\u2192", "rightarrow": "\u2192", "leftarrow": "\u2190", "infty": "\u221e",
-           "ell": "\u2113", "le": "\u2264", "ge": "\u2265", "ll": "\u226a", "sum": "\u03a3", "in": "\u2208", "partial": "\u2202",
-           "approx": "\u2248", "ldots": "\u2026", "dots": "\u2026", "lfloor": "\u230a", "rfloor": "\u230b",
-           "mid": "|", "sqrt": "\u221a", ",": "\u2009", "&": "&", ";": " ", " ": " ", "{": "{", "}": "}", "prime": "\u2032"}
+GREEK = {
+    name: chr(code)
+    for name, code in [
+        ("alpha", 0x3B1),
+        ("beta", 0x3B2),
+        ("gamma", 0x3B3),
+        ("delta", 0x3B4),
+        ("epsilon", 0x3B5),
+        ("eta", 0x3B7),
+        ("theta", 0x3B8),
+        ("lambda", 0x3BB),
+        ("mu", 0x3BC),
+        ("pi", 0x3C0),
+        ("rho", 0x3C1),
+        ("sigma", 0x3C3),
+        ("tau", 0x3C4),
+        ("phi", 0x3C6),
+        ("omega", 0x3C9),
+        ("Delta", 0x394),
+        ("Sigma", 0x3A3),
+        ("Omega", 0x3A9),
+    ]
+}
+SYMBOLS = {
+    "odot": "\u2299",
+    "oplus": "\u2295",
+    "otimes": "\u2297",
+    "times": "\u00d7",
+    "cdot": "\u00b7",
+    "top": "\u22a4",
+    "to": "\u2192",
+    "rightarrow": "\u2192",
+    "leftarrow": "\u2190",
+    "infty": "\u221e",
+    "ell": "\u2113",
+    "le": "\u2264",
+    "ge": "\u2265",
+    "ll": "\u226a",
+    "sum": "\u03a3",
+    "in": "\u2208",
+    "partial": "\u2202",
+    "approx": "\u2248",
+    "ldots": "\u2026",
+    "dots": "\u2026",
+    "lfloor": "\u230a",
+    "rfloor": "\u230b",
+    "mid": "|",
+    "sqrt": "\u221a",
+    ",": "\u2009",
+    "&": "&",
+    ";": " ",
+    " ": " ",
+    "{": "{",
+    "}": "}",
+    "prime": "\u2032",
+}
 ACCENTS = {"tilde": "\u0303", "hat": "\u0302", "bar": "\u0304"}
 UPRIGHT_CMDS = {"mathrm", "text", "operatorname"}
-BINARY = set("=+-<>|") | {"\u2299", "\u2295", "\u2297", "\u00d7", "\u2192", "\u2190", "\u2248", "\u2264",
-                           "\u2265", "\u2208", "\u226a"}
+BINARY = set("=+-<>|") | {
+    "\u2299",
+    "\u2295",
+    "\u2297",
+    "\u00d7",
+    "\u2192",
+    "\u2190",
+    "\u2248",
+    "\u2264",
+    "\u2265",
+    "\u2208",
+    "\u226a",
+}
 MEDIUM_SPACE = "\u2005"  # spacing around binary operators and relations, as TeX sets them
 FUNCTIONS = {"tanh", "exp", "log", "max", "min", "sin", "cos"}
 CALLIGRAPHIC = {"B": "\u212c", "L": "\u2112", "M": "\u2133", "T": "\U0001d4af"}
@@ -81,7 +141,7 @@ def _group(s: str, i: int) -> tuple[str, int]:
         for j in range(i, len(s)):
             depth += {"{": 1, "}": -1}.get(s[j], 0)
             if depth == 0:
-                return s[i + 1:j], j + 1
+                return s[i + 1 : j], j + 1
         raise LayoutError(f"unbalanced braces in {s!r}")
     if s[i] == "\\":
         m = re.match(r"\\([A-Za-z]+|.)", s[i:])
@@ -166,14 +226,15 @@ def parse(s: str, bold: bool = False) -> list[Run]:
     return runs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _width(text: str, size: float, italic: bool, bold: bool) -> float:
     """The advance width of ``text`` in DejaVu Sans, a wide font: boxes sized by it fit the usual fonts."""
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextToPath
 
-    prop = FontProperties(family="DejaVu Sans", style="oblique" if italic else "normal",
-                          weight="bold" if bold else "normal", size=size)
+    prop = FontProperties(
+        family="DejaVu Sans", style="oblique" if italic else "normal", weight="bold" if bold else "normal", size=size
+    )
     return TextToPath().get_text_width_height_descent(text, prop, ismath=False)[0]
 
 
@@ -231,9 +292,11 @@ def _n(v: float) -> str:
 
 # --- geometry --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Box:
     """A rectangle on the canvas, with the points where lines attach."""
+
     x: float
     y: float
     w: float
@@ -275,9 +338,13 @@ class Box:
         """The point at fractions (fx, fy) of the width and height."""
         return (self.x + fx * self.w, self.y + fy * self.h)
 
-    def overlaps(self, other: "Box", margin: float = 0.0) -> bool:
-        return (self.x < other.x1 - margin and other.x < self.x1 - margin
-                and self.y < other.y1 - margin and other.y < self.y1 - margin)
+    def overlaps(self, other: Box, margin: float = 0.0) -> bool:
+        return (
+            self.x < other.x1 - margin
+            and other.x < self.x1 - margin
+            and self.y < other.y1 - margin
+            and other.y < self.y1 - margin
+        )
 
 
 @dataclass
@@ -309,9 +376,11 @@ def _segment_hits(p: tuple[float, float], q: tuple[float, float], b: Box) -> boo
 
 # --- the canvas --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Diagram:
     """A canvas of ``width`` x ``height`` SVG units for the diagram ``name``; ``title`` names it in the SVG."""
+
     name: str
     width: float
     height: float
@@ -324,8 +393,20 @@ class Diagram:
     _hatch: bool = False
 
     # text ---------------------------------------------------------------------------------------------
-    def text(self, x: float, y: float, s: str, *, size: float = SIZE, anchor: str = "middle", role: str | None = None,
-             muted: bool = False, bold: bool = False, owner: object = None, cls: str = "") -> Box:
+    def text(
+        self,
+        x: float,
+        y: float,
+        s: str,
+        *,
+        size: float = SIZE,
+        anchor: str = "middle",
+        role: str | None = None,
+        muted: bool = False,
+        bold: bool = False,
+        owner: object = None,
+        cls: str = "",
+    ) -> Box:
         """A label centred vertically on y; ``anchor`` is start, middle or end. Returns its extent."""
         if size < SMALL:
             raise LayoutError(f"{self.name}: text {s!r} at size {size} is smaller than the smallest size {SMALL}")
@@ -335,8 +416,12 @@ class Diagram:
         x0 = {"start": x, "middle": x - w / 2, "end": x - w}[anchor]
         has_sup = any(r.level == 1 for r in parse(s))
         has_sub = any(r.level == -1 for r in parse(s))
-        box = Box(x0, y - (0.78 if has_sup else 0.5) * size, w, (1.28 if has_sup else 1.0) * size
-                  + (0.25 * size if has_sub else 0.0))
+        box = Box(
+            x0,
+            y - (0.78 if has_sup else 0.5) * size,
+            w,
+            (1.28 if has_sup else 1.0) * size + (0.25 * size if has_sub else 0.0),
+        )
         self._texts.append(_Text(box, s, owner))
         classes = " ".join(c for c in ("muted" if muted else "", f"t-{role}" if role else "", cls) if c)
         attrs = [f'x="{_n(x)}"', f'y="{_n(y)}"']
@@ -351,8 +436,9 @@ class Diagram:
         self._body.append(f"<text {' '.join(attrs)}>{_tspans(parse(s, bold), size)}</text>")
         return box
 
-    def _label(self, box: Box, label, size: float, owner: object, role: str | None = None,
-               pad: float = 6.0, cls: str = "") -> None:
+    def _label(
+        self, box: Box, label, size: float, owner: object, role: str | None = None, pad: float = 6.0, cls: str = ""
+    ) -> None:
         """Lines of text centred in ``box``; a line is a string or a (string, size) pair."""
         lines = [label] if isinstance(label, str) else list(label)
         lines = [(line, size) if isinstance(line, str) else line for line in lines if line]
@@ -362,12 +448,26 @@ class Diagram:
             t = self.text(box.cx, y + step / 2, line, size=s_, owner=owner, role=role, cls=cls)
             y += step
             if t.w > box.w - 2 * pad + 0.01 or sum(heights) > box.h + 2:
-                raise LayoutError(f"{self.name}: label {line!r} ({t.w:.0f} wide, {len(lines)} line(s)) does not fit "
-                                  f"its box of {box.w:.0f} x {box.h:.0f}")
+                raise LayoutError(
+                    f"{self.name}: label {line!r} ({t.w:.0f} wide, {len(lines)} line(s)) does not fit "
+                    f"its box of {box.w:.0f} x {box.h:.0f}"
+                )
 
     # shapes -------------------------------------------------------------------------------------------
-    def box(self, x: float, y: float, w: float, h: float, label: str | list[str] = "", *, shape: str = "tensor",
-            role: str | None = None, size: float = SIZE, dashed: bool = False, label_role: str | None = None) -> Box:
+    def box(
+        self,
+        x: float,
+        y: float,
+        w: float,
+        h: float,
+        label: str | list[str] = "",
+        *,
+        shape: str = "tensor",
+        role: str | None = None,
+        size: float = SIZE,
+        dashed: bool = False,
+        label_role: str | None = None,
+    ) -> Box:
         """A rectangle: ``shape`` is tensor (an activation), layer (learned), norm, op (no parameters), panel
         (a group of shapes) or plain; ``role`` colours it (layers default to param, norms to norm)."""
         if shape not in SHAPES:
@@ -375,9 +475,14 @@ class Diagram:
         role = role or {"layer": "param", "norm": "norm"}.get(shape)
         fill = {"op": "op", "panel": "panel", "plain": "data", "frame": "frame"}.get(shape, role or "data")
         rx = {"tensor": 3, "layer": 9, "norm": 9, "op": min(h / 2, 14), "panel": 12, "plain": 3, "frame": 2}[shape]
-        cls = (f"f-{fill}" if shape != "frame" else f"frame s-{role or 'line'}") + (" dash" if dashed else "") \
+        cls = (
+            (f"f-{fill}" if shape != "frame" else f"frame s-{role or 'line'}")
+            + (" dash" if dashed else "")
             + (" thick" if shape in ("layer", "norm") else "")
-        self._body.append(f'<rect x="{_n(x)}" y="{_n(y)}" width="{_n(w)}" height="{_n(h)}" rx="{_n(rx)}" class="{cls}"/>')
+        )
+        self._body.append(
+            f'<rect x="{_n(x)}" y="{_n(y)}" width="{_n(w)}" height="{_n(h)}" rx="{_n(rx)}" class="{cls}"/>'
+        )
         b = Box(x, y, w, h)
         self._shapes.append(b)
         if label:
@@ -392,11 +497,15 @@ class Diagram:
         self._shapes.append(b)
         k = r * 0.55
         if symbol == "+":
-            self._body.append(f'<path d="M{_n(cx - k)},{_n(cy)}H{_n(cx + k)}M{_n(cx)},{_n(cy - k)}V{_n(cy + k)}" class="glyph"/>')
+            self._body.append(
+                f'<path d="M{_n(cx - k)},{_n(cy)}H{_n(cx + k)}M{_n(cx)},{_n(cy - k)}V{_n(cy + k)}" class="glyph"/>'
+            )
         elif symbol == "x":
             k *= 0.8
-            self._body.append(f'<path d="M{_n(cx - k)},{_n(cy - k)}L{_n(cx + k)},{_n(cy + k)}M{_n(cx - k)},{_n(cy + k)}'
-                              f'L{_n(cx + k)},{_n(cy - k)}" class="glyph"/>')
+            self._body.append(
+                f'<path d="M{_n(cx - k)},{_n(cy - k)}L{_n(cx + k)},{_n(cy + k)}M{_n(cx - k)},{_n(cy + k)}'
+                f'L{_n(cx + k)},{_n(cy - k)}" class="glyph"/>'
+            )
         elif symbol == ".":
             self._body.append(f'<circle cx="{_n(cx)}" cy="{_n(cy)}" r="{_n(r * 0.22)}" class="dot"/>')
         elif symbol:
@@ -407,8 +516,20 @@ class Diagram:
         """A junction: where a line branches, a dot in the line's colour."""
         self._body.append(f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{_n(r)}" class="t-{role}"/>')
 
-    def grid(self, x: float, y: float, rows: int, cols: int, cell: float | tuple[float, float], *, role: str = "data",
-             values=None, blocked=None, labels=None, size: float = SMALL) -> Box:
+    def grid(
+        self,
+        x: float,
+        y: float,
+        rows: int,
+        cols: int,
+        cell: float | tuple[float, float],
+        *,
+        role: str = "data",
+        values=None,
+        blocked=None,
+        labels=None,
+        size: float = SMALL,
+    ) -> Box:
         """A tensor drawn as cells. ``values`` (rows x cols, in [0, 1]) shades the cells with the role's colour
         (attention weights); ``blocked`` marks masked-out cells (grey, hatched); ``labels`` writes in them."""
         cw, ch = (cell, cell) if isinstance(cell, (int, float)) else cell
@@ -417,31 +538,55 @@ class Diagram:
                 cx, cy = x + c * cw, y + r * ch
                 if blocked is not None and blocked[r][c]:
                     self._hatch = True
-                    self._body.append(f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" class="f-mask"/>'
-                                      f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" '
-                                      f'fill="url(#{self.name}-hatch)" class="cellline"/>')
+                    self._body.append(
+                        f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" class="f-mask"/>'
+                        f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" '
+                        f'fill="url(#{self.name}-hatch)" class="cellline"/>'
+                    )
                 elif values is not None:
                     v = max(0.0, min(1.0, float(values[r][c])))
-                    self._body.append(f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" class="f-data"/>'
-                                      f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" '
-                                      f'class="s-{role} t-{role} cellline" fill-opacity="{_n(v)}"/>')
+                    self._body.append(
+                        f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" class="f-data"/>'
+                        f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" '
+                        f'class="s-{role} t-{role} cellline" fill-opacity="{_n(v)}"/>'
+                    )
                 else:
-                    self._body.append(f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" class="f-{role}"/>')
+                    self._body.append(
+                        f'<rect x="{_n(cx)}" y="{_n(cy)}" width="{_n(cw)}" height="{_n(ch)}" class="f-{role}"/>'
+                    )
                 if labels is not None and labels[r][c] != "":
-                    strong = values is not None and not (blocked is not None and blocked[r][c]) and float(values[r][c]) > 0.55
+                    strong = (
+                        values is not None
+                        and not (blocked is not None and blocked[r][c])
+                        and float(values[r][c]) > 0.55
+                    )
                     b = Box(cx, cy, cw, ch)
                     self._label(b, str(labels[r][c]), size, b, pad=1, cls="on-strong" if strong else "")
         return Box(x, y, cols * cw, rows * ch)
 
-    def stack(self, x: float, y: float, w: float, h: float, n: int, label: str = "", *, role: str | None = None,
-              shape: str = "tensor", offset: float = 6.0, size: float = SIZE) -> Box:
+    def stack(
+        self,
+        x: float,
+        y: float,
+        w: float,
+        h: float,
+        n: int,
+        label: str = "",
+        *,
+        role: str | None = None,
+        shape: str = "tensor",
+        offset: float = 6.0,
+        size: float = SIZE,
+    ) -> Box:
         """``n`` boxes stacked like cards (the heads of a tensor), the front one at (x, y) with the label."""
         for k in range(n - 1, 0, -1):
             self.box(x + k * offset, y - k * offset, w, h, shape=shape, role=role)
             self._shapes.pop()  # hidden behind the front card: labels on the front may cover its edges
         return self.box(x, y, w, h, label, shape=shape, role=role, size=size)
 
-    def path(self, d: str, *, role: str = "line", width: float = 1.6, dashed: bool = False, fill: str | None = None) -> None:
+    def path(
+        self, d: str, *, role: str = "line", width: float = 1.6, dashed: bool = False, fill: str | None = None
+    ) -> None:
         """A free path (curves, braces); not checked against labels."""
         cls = f"ln s-{role}" + (" dash" if dashed else "")
         style_fill = f' class="f-{fill} {cls}" style="fill:var(--{fill}-f)"' if fill else f' class="{cls}"'
@@ -452,9 +597,19 @@ class Diagram:
         self._markers.add((role, big))
         return f"{self.name}-ah-{role}{'-big' if big else ''}"
 
-    def arrow(self, points: list[tuple[float, float]], *, role: str = "line", width: float = 1.6, dashed: bool = False,
-              head: bool = True, tail: bool = False, radius: float = 8.0, residual: bool = False,
-              touches: tuple = ()) -> None:
+    def arrow(
+        self,
+        points: list[tuple[float, float]],
+        *,
+        role: str = "line",
+        width: float = 1.6,
+        dashed: bool = False,
+        head: bool = True,
+        tail: bool = False,
+        radius: float = 8.0,
+        residual: bool = False,
+        touches: tuple = (),
+    ) -> None:
         """A polyline through ``points`` with rounded corners and an arrowhead at the end (``tail``: also at the
         start). ``residual`` draws the thick residual path. ``touches``: labels it may cross (by their owner)."""
         if role not in LINE_ROLES:
@@ -500,8 +655,18 @@ class Diagram:
         """A polyline without arrowheads."""
         self.arrow(points, head=False, **kwargs)
 
-    def brace(self, x0: float, y0: float, x1: float, y1: float, label: str, *, side: float = 1.0,
-              size: float = SMALL, gap: float = 5.0) -> Box:
+    def brace(
+        self,
+        x0: float,
+        y0: float,
+        x1: float,
+        y1: float,
+        label: str,
+        *,
+        side: float = 1.0,
+        size: float = SMALL,
+        gap: float = 5.0,
+    ) -> Box:
         """A dimension line from (x0, y0) to (x1, y1) with end ticks and a muted label beside it (shapes)."""
         horizontal = abs(y1 - y0) < abs(x1 - x0)
         t = 4.0
@@ -514,8 +679,9 @@ class Diagram:
         anchor = "start" if side > 0 else "end"
         return self.text(x0 + side * (gap + t), (y0 + y1) / 2, label, size=size, muted=True, anchor=anchor)
 
-    def legend(self, x: float, y: float, items: list[tuple[dict, str]], *, gap: float = 26.0,
-               size: float = SMALL) -> float:
+    def legend(
+        self, x: float, y: float, items: list[tuple[dict, str]], *, gap: float = 26.0, size: float = SMALL
+    ) -> float:
         """A row of line samples, each ``(arrow options, text)``, starting at (x, y); returns its right end."""
         for opts, label in items:
             self.arrow([(x, y), (x + 30, y)], **opts)
@@ -533,7 +699,7 @@ class Diagram:
             if b.x < -0.5 or b.y < -0.5 or b.x1 > canvas.x1 + 0.5 or b.y1 > canvas.y1 + 0.5:
                 problems.append(f"label {t.label!r} leaves the canvas ({b.x:.0f}, {b.y:.0f}, {b.x1:.0f}, {b.y1:.0f})")
         for i, a in enumerate(self._texts):
-            for b in self._texts[i + 1:]:
+            for b in self._texts[i + 1 :]:
                 if a.box.overlaps(b.box, margin=1.0):
                     problems.append(f"labels {a.label!r} and {b.label!r} overlap")
         for t in self._texts:
@@ -541,16 +707,20 @@ class Diagram:
             for b in self._shapes:
                 inside = b.x <= inner.x and inner.x1 <= b.x1 and b.y <= inner.y and inner.y1 <= b.y1
                 if b is not t.owner and inner.overlaps(b) and not inside:
-                    problems.append(f"label {t.label!r} crosses the edge of a shape at ({b.x:.0f}, {b.y:.0f}, "
-                                    f"{b.x1:.0f}, {b.y1:.0f})")
+                    problems.append(
+                        f"label {t.label!r} crosses the edge of a shape at ({b.x:.0f}, {b.y:.0f}, "
+                        f"{b.x1:.0f}, {b.y1:.0f})"
+                    )
         for p, q, touches in self._segments:
             for t in self._texts:
                 if t.owner is not None and t.owner in touches:
                     continue
                 inner = Box(t.box.x + 1.5, t.box.y + 2.5, t.box.w - 3, t.box.h - 5)
                 if inner.w > 0 and inner.h > 0 and _segment_hits(p, q, inner):
-                    problems.append(f"a line from {tuple(round(v) for v in p)} to {tuple(round(v) for v in q)} "
-                                    f"crosses the label {t.label!r}")
+                    problems.append(
+                        f"a line from {tuple(round(v) for v in p)} to {tuple(round(v) for v in q)} "
+                        f"crosses the label {t.label!r}"
+                    )
         if problems:
             raise LayoutError(f"diagram {self.name}: " + "; ".join(problems))
 
@@ -562,26 +732,33 @@ class Diagram:
             length, half = (13.0, 5.5) if big else (10.0, 4.0)
             mid = f"{self.name}-ah-{role}{'-big' if big else ''}"
             ref = length - (8.0 if big else 6.0)
-            defs.append(f'<marker id="{mid}" viewBox="0 0 {_n(length)} {_n(2 * half)}" refX="{_n(ref)}" refY="{_n(half)}" '
-                        f'markerWidth="{_n(length)}" markerHeight="{_n(2 * half)}" markerUnits="userSpaceOnUse" '
-                        f'orient="auto-start-reverse"><path d="M0,0L{_n(length)},{_n(half)}L0,{_n(2 * half)}z" '
-                        f'class="t-{role}"/></marker>')
+            defs.append(
+                f'<marker id="{mid}" viewBox="0 0 {_n(length)} {_n(2 * half)}" refX="{_n(ref)}" refY="{_n(half)}" '
+                f'markerWidth="{_n(length)}" markerHeight="{_n(2 * half)}" markerUnits="userSpaceOnUse" '
+                f'orient="auto-start-reverse"><path d="M0,0L{_n(length)},{_n(half)}L0,{_n(2 * half)}z" '
+                f'class="t-{role}"/></marker>'
+            )
         if self._hatch:
-            defs.append(f'<pattern id="{self.name}-hatch" patternUnits="userSpaceOnUse" width="6" height="6" '
-                        f'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="6" class="hatch"/></pattern>')
-        head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_n(self.width)} {_n(self.height)}" '
-                f'width="{_n(self.width)}" height="{_n(self.height)}" class="abd" role="img" '
-                f'data-diagram="{self.name}">')
+            defs.append(
+                f'<pattern id="{self.name}-hatch" patternUnits="userSpaceOnUse" width="6" height="6" '
+                f'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="6" class="hatch"/></pattern>'
+            )
+        head = (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_n(self.width)} {_n(self.height)}" '
+            f'width="{_n(self.width)}" height="{_n(self.height)}" class="abd" role="img" '
+            f'data-diagram="{self.name}">'
+        )
         parts = [head, f"<title>{html.escape(self.title)}</title>", f"<style>{stylesheet()}</style>"]
         if defs:
             parts.append("<defs>" + "".join(defs) + "</defs>")
-        parts.append(f'<rect width="100%" height="100%" class="bg"/>')
+        parts.append('<rect width="100%" height="100%" class="bg"/>')
         parts += self._body
         parts.append("</svg>")
         return "\n".join(parts) + "\n"
 
 
 # --- the stylesheet ----------------------------------------------------------------------------------------
+
 
 def variables(mode: str) -> str:
     """The CSS custom properties of ``mode``, e.g. ``--query-f:#efe8f8;``."""
@@ -607,8 +784,10 @@ def stylesheet() -> str:
         ".abd .f-panel{fill:var(--panel-f);stroke:var(--panel-s)}.abd .frame{fill:none;stroke-width:2.4}",
     ]
     for role in style.ROLES:
-        rules.append(f".abd .f-{role}{{fill:var(--{role}-f);stroke:var(--{role}-s)}}"
-                     f".abd .s-{role}{{stroke:var(--{role}-s)}}.abd .t-{role}{{fill:var(--{role}-s)}}")
+        rules.append(
+            f".abd .f-{role}{{fill:var(--{role}-f);stroke:var(--{role}-s)}}"
+            f".abd .s-{role}{{stroke:var(--{role}-s)}}.abd .t-{role}{{fill:var(--{role}-s)}}"
+        )
     return "".join(rules)
 
 
