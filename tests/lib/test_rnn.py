@@ -1,5 +1,5 @@
-"""attnbook.rnn: the cells equal PyTorch's on copied weights, the Jacobian measurements equal autograd and
-the theory (linear RNN: rho^k; LSTM: the cell-to-cell block is diag(f)), and bad input gets clear errors."""
+"""attnbook.rnn: the cells and the recurrent layer equal PyTorch's on copied weights, a sequence is checked
+once (not at every step), and bad input gets clear errors."""
 
 from __future__ import annotations
 
@@ -172,99 +172,6 @@ def test_sequence_regressor_errors():
         model(torch.zeros(5, 2))
 
 
-# --- gradient flow ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("cls", [rnn.RNNCell, rnn.LSTMCell, rnn.GRUCell])
-def test_state_jacobians_equal_autograd(cls):
-    torch.manual_seed(2)
-    cell = cls(3, 4).double()
-    x = _randn(6, 3)
-    J = rnn.state_jacobians(cell, x)  # (6, S, S)
-    S = cell.state_size
-    assert J.shape == (6, S, S)
-    s = torch.zeros(S, dtype=DT)
-    for t in range(6):
-
-        def step(s_prev, t=t):
-            return rnn.flatten_state(cell(x[t][None], rnn.unflatten_state(cell, s_prev[None])))[0]
-
-        torch.testing.assert_close(J[t], torch.autograd.functional.jacobian(step, s))
-        s = step(s).detach()
-
-
-def test_jacobian_chain_equals_autograd_through_many_steps():
-    torch.manual_seed(3)
-    cell = rnn.LSTMCell(2, 3).double()
-    x = _randn(8, 2)
-    chain = rnn.jacobian_chain(rnn.state_jacobians(cell, x))  # (9, 6, 6)
-    torch.testing.assert_close(chain[0], torch.eye(6, dtype=DT))
-    # d s_8 / d s_3 by differentiating five steps at once
-    s3 = rnn.flatten_state(rnn.Recurrent(cell)(x[None, :3])[1])[0].detach()
-
-    def last_five(s):
-        state = rnn.unflatten_state(cell, s[None])
-        for t in range(3, 8):
-            state = cell(x[t][None], state)
-        return rnn.flatten_state(state)[0]
-
-    torch.testing.assert_close(chain[5], torch.autograd.functional.jacobian(last_five, s3))
-
-
-def test_tanh_rnn_jacobian_is_diag_tanh_prime_times_W_hh():
-    cell = rnn.RNNCell(2, 5).double()
-    x = _randn(4, 2)
-    J = rnn.state_jacobians(cell, x)
-    h, _ = rnn.Recurrent(cell)(x[None])  # (1, 4, 5)
-    for t in range(4):
-        torch.testing.assert_close(J[t], torch.diag(1 - h[0, t] ** 2) @ cell.W_hh)
-
-
-@pytest.mark.parametrize("rho", [0.7, 1.0, 1.2])
-def test_linear_rnn_gradient_norm_slope_is_log_spectral_radius(rho):
-    torch.manual_seed(4)
-    cell = rnn.RNNCell(1, 16, nonlinearity="linear").double()
-    with torch.no_grad():
-        W = torch.randn(16, 16, generator=_g(4), dtype=DT)
-        cell.W_hh.copy_(W * rho / torch.linalg.eigvals(W).abs().max())
-    norms = rnn.gradient_norms(cell, _randn(80, 1))  # (81,)
-    for k in (0, 1, 7):
-        torch.testing.assert_close(norms[k], torch.linalg.matrix_norm(torch.linalg.matrix_power(cell.W_hh, k), ord=2))
-    lags = torch.arange(20, 81, dtype=DT)
-    slope = torch.linalg.lstsq(torch.stack([lags, torch.ones_like(lags)], 1), norms[20:].log()[:, None]).solution[0]
-    assert abs(slope.item() - math.log(rho)) < 0.01
-
-
-def test_lstm_cell_to_cell_block_is_the_forget_gate():
-    torch.manual_seed(5)
-    cell = rnn.LSTMCell(2, 4, forget_bias=1.0).double()
-    x = _randn(6, 2)
-    J = rnn.state_jacobians(cell, x)  # (6, 8, 8)
-    state = None
-    for t in range(6):
-        state, gates = cell(x[t][None], state, return_gates=True)
-        torch.testing.assert_close(J[t, 4:, 4:], torch.diag(gates["f"][0]))  # d c_t / d c_{t-1}
-        c = state[1][0]
-        dh_dc = gates["o"][0] * (1 - torch.tanh(c) ** 2) * gates["f"][0]  # d h_t / d c_{t-1}, also diagonal
-        torch.testing.assert_close(J[t, :4, 4:], torch.diag(dh_dc))
-    # with a forget gate pinned at 1 and no input gate, the cell is carried unchanged: norm 1 at every lag
-    with torch.no_grad():
-        cell.b[4:8] = 60.0
-        cell.b[0:4] = -60.0
-    assert torch.allclose(rnn.gradient_norms(cell, x, part="c"), torch.ones(7, dtype=DT))
-
-
-def test_gradient_norms_parts():
-    cell = rnn.LSTMCell(2, 3).double()
-    x = _randn(5, 2)
-    assert rnn.gradient_norms(cell, x).shape == (6,)
-    assert rnn.gradient_norms(cell, x, part="h").shape == (6,)
-    with pytest.raises(ValueError, match="part must be"):
-        rnn.gradient_norms(cell, x, part="gates")
-    with pytest.raises(ValueError, match="part='c' needs an LSTMCell"):
-        rnn.gradient_norms(rnn.GRUCell(2, 3).double(), x, part="c")
-
-
 # --- bad input ---------------------------------------------------------------------------------------
 
 
@@ -310,14 +217,8 @@ def test_sequence_errors():
     cell = rnn.LSTMCell(2, 3)
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, 2\) with T >= 1, got \(4, 6, 3\)"):
         rnn.Recurrent(cell)(torch.zeros(4, 6, 3))
-    with pytest.raises(ValueError, match=r"x must have shape \(T, 2\) with T >= 1, got \(0, 2\)"):
-        rnn.state_jacobians(cell, torch.zeros(0, 2))
     with pytest.raises(TypeError, match="cell must be an attnbook.rnn RNNCell, LSTMCell or GRUCell.*from_torch"):
         rnn.Recurrent(nn.LSTMCell(2, 3))
-    with pytest.raises(ValueError, match=r"state must be one sequence's state.*S = 6, got \(2, 6\)"):
-        rnn.state_jacobians(cell, torch.zeros(5, 2), (torch.zeros(2, 3), torch.zeros(2, 3)))
-    with pytest.raises(ValueError, match=r"jacobians must have shape \(T, S, S\)"):
-        rnn.jacobian_chain(torch.zeros(3, 4, 5))
 
 
 def test_constructor_errors():
@@ -336,6 +237,17 @@ def test_from_torch_errors():
         rnn.GRUCell.from_torch(nn.LSTMCell(2, 3))
     with pytest.raises(ValueError, match="bias=True"):
         rnn.RNNCell.from_torch(nn.RNNCell(2, 3, bias=False))
+    with pytest.raises(TypeError, match="module must be a torch.nn.LSTMCell or a one-layer torch.nn.LSTM, got GRU"):
+        rnn.LSTMCell.from_torch(nn.GRU(2, 3))
+
+
+@pytest.mark.parametrize("cls", [rnn.RNNCell, rnn.LSTMCell, rnn.GRUCell])
+def test_a_sequence_is_checked_once_not_at_every_step(cls, monkeypatch):
+    calls = []
+    check_x = rnn._check_x
+    monkeypatch.setattr(rnn, "_check_x", lambda cell, x: calls.append(x.shape) or check_x(cell, x))
+    outputs, _ = rnn.Recurrent(cls(2, 3))(torch.randn(4, 7, 2))
+    assert outputs.shape == (4, 7, 3) and calls == [(4, 2)]
 
 
 def test_cells_run_on_the_test_device():
@@ -346,4 +258,3 @@ def test_cells_run_on_the_test_device():
         cell = cls(2, 3).to(device)
         out, _ = rnn.Recurrent(cell)(torch.randn(4, 5, 2, device=device))
         assert out.shape == (4, 5, 3) and out.device.type == device.type
-        assert torch.isfinite(rnn.gradient_norms(cell, torch.randn(5, 2, device=device))).all()

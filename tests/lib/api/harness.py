@@ -2,7 +2,7 @@
 that is finite and equal to the reference.
 
 Every function and class in the ``__all__`` of attention, positional, blocks, models, flash, vit, rnn,
-seq2seq, measure, graphs, audio, contrastive, lora, bpe, pretrain, data, train, train_lm and export has a
+bptt, seq2seq, measure, graphs, audio, contrastive, lora, bpe, pretrain, data, train, train_lm and export has a
 :class:`Spec` (the methods a chapter calls, such as ``GPT.generate`` or ``BPETokenizer.encode``, have their
 own): how to build a valid call from a few drawn sizes, and what each argument is (a floating tensor,
 token ids, a mask, an adjacency matrix, an integer, a text, a path...). Hypothesis draws the sizes, a seed
@@ -76,6 +76,7 @@ from attnbook import (
     audio,
     blocks,
     bpe,
+    bptt,
     contrastive,
     data,
     export,
@@ -102,6 +103,7 @@ MODULES = {
     "flash": flash,
     "vit": vit,
     "rnn": rnn,
+    "bptt": bptt,
     "seq2seq": seq2seq,
     "measure": measure,
     "graphs": graphs,

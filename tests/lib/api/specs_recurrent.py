@@ -1,7 +1,7 @@
 """API property specs: recurrent networks and sequence to sequence (the harness is in harness.py)."""
 
 import torch
-from attnbook import rnn, seq2seq
+from attnbook import bptt, rnn, seq2seq
 from attnbook.data import Vocab
 from harness import Choice, Const, Ids, Int, IntList, Num, Obj, Pair, Tensor, _module, spec
 
@@ -55,34 +55,34 @@ def _(s):
     return set_forget_bias, dict(module=Obj(_module(lambda: rnn.LSTMCell(s.D, s.H))), value=Num(1.0))
 
 
-@spec("rnn.flatten_state", rnn.flatten_state, RNN)
+@spec("bptt.flatten_state", bptt.flatten_state, RNN)
 def _(s):
-    return rnn.flatten_state, dict(state=Pair(Tensor(s.B, s.H), Tensor(s.B, s.H)))
+    return bptt.flatten_state, dict(state=Pair(Tensor(s.B, s.H), Tensor(s.B, s.H)))
 
 
-@spec("rnn.unflatten_state", rnn.unflatten_state, RNN)
+@spec("bptt.unflatten_state", bptt.unflatten_state, RNN)
 def _(s):
-    return rnn.unflatten_state, dict(
+    return bptt.unflatten_state, dict(
         cell=Obj(_module(lambda: CELLS[s.kind](s.D, s.H))), s=Tensor(s.B, s.H * (2 if s.kind == 1 else 1))
     )
 
 
-@spec("rnn.state_jacobians", rnn.state_jacobians, RNN)
+@spec("bptt.state_jacobians", bptt.state_jacobians, RNN)
 def _(s):
-    return rnn.state_jacobians, dict(
+    return bptt.state_jacobians, dict(
         cell=Obj(_module(lambda: CELLS[s.kind](s.D, s.H))), x=Tensor(s.T, s.D, seq=0, batch=None)
     )
 
 
-@spec("rnn.jacobian_chain", rnn.jacobian_chain, RNN)
+@spec("bptt.jacobian_chain", bptt.jacobian_chain, RNN)
 def _(s):
-    return rnn.jacobian_chain, dict(jacobians=Tensor(s.T, s.H, s.H, seq=0, batch=None))
+    return bptt.jacobian_chain, dict(jacobians=Tensor(s.T, s.H, s.H, seq=0, batch=None))
 
 
-@spec("rnn.gradient_norms", rnn.gradient_norms, {**RNN, "part": (0, 2)})
+@spec("bptt.gradient_norms", bptt.gradient_norms, {**RNN, "part": (0, 2)})
 def _(s):
     cell = _module(lambda: rnn.LSTMCell(s.D, s.H))
-    return rnn.gradient_norms, dict(
+    return bptt.gradient_norms, dict(
         cell=Obj(cell), x=Tensor(s.T, s.D, seq=0, batch=None), part=Choice(["state", "h", "c"][s.part])
     )
 
