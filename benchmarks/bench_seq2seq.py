@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
-from attnbook import data, seq2seq, train
+from attnbook import data, decoding, seq2seq, train
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "seq2seq.json"
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         for start in range(0, len(test), 250):
             chunk = test[start : start + 250]
             b = seq2seq.make_batch(encode(chunk), device=device)
-            outs = seq2seq.greedy_decode(model, b.src, b.src_lengths, max_len=args.max_len + 2)
+            outs = decoding.greedy_decode(model, b.src, b.src_lengths, max_len=args.max_len + 2)
             for (source, target), out in zip(chunk, outs):
                 guess = "".join(digits.decode(out.tokens))
                 key = next(f"{lo}-{hi}" for lo, hi in buckets if lo <= len(source) <= hi)

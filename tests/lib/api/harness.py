@@ -1,10 +1,10 @@
 """The whole public API under generated good and bad input: an error that names the argument, or a result
 that is finite and equal to the reference.
 
-Every function and class in the ``__all__`` of attention, positional, blocks, models, flash, vit, rnn,
-bptt, seq2seq, measure, graphs, audio, contrastive, lora, bpe, pretrain, data, train, train_lm and export has a
-:class:`Spec` (the methods a chapter calls, such as ``GPT.generate`` or ``BPETokenizer.encode``, have their
-own): how to build a valid call from a few drawn sizes, and what each argument is (a floating tensor,
+Every function and class in the ``__all__`` of the modules in ``MODULES`` below (attention, positional,
+blocks, models, flash, vit, rnn, seq2seq, the tools and the beyond-text modules) has a
+:class:`Spec` (the methods a chapter calls, such as ``GPT.generate`` or ``BPETokenizer.encode``, have
+their own): how to build a valid call from a few drawn sizes, and what each argument is (a floating tensor,
 token ids, a mask, an adjacency matrix, an integer, a text, a path...). Hypothesis draws the sizes, a seed
 and one change to the call:
 
@@ -79,6 +79,7 @@ from attnbook import (
     bptt,
     contrastive,
     data,
+    decoding,
     export,
     flash,
     graphs,
@@ -105,6 +106,7 @@ MODULES = {
     "rnn": rnn,
     "bptt": bptt,
     "seq2seq": seq2seq,
+    "decoding": decoding,
     "measure": measure,
     "graphs": graphs,
     "audio": audio,

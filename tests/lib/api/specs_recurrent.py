@@ -1,7 +1,7 @@
-"""API property specs: recurrent networks and sequence to sequence (the harness is in harness.py)."""
+"""API property specs: recurrent networks, sequence to sequence and decoding (the harness is in harness.py)."""
 
 import torch
-from attnbook import bptt, rnn, seq2seq
+from attnbook import bptt, decoding, rnn, seq2seq
 from attnbook.data import Vocab
 from harness import Choice, Const, Ids, Int, IntList, Num, Obj, Pair, Tensor, _module, spec
 
@@ -137,34 +137,34 @@ def _(s):
     return seq2seq.sequence_loss, dict(model=Obj(_seq2seq(s)), batch=Const(seq2seq.make_batch(pairs)))
 
 
-@spec("seq2seq.greedy_decode", seq2seq.greedy_decode, S2S, half=False)
+@spec("decoding.greedy_decode", decoding.greedy_decode, S2S, half=False)
 def _(s):
-    return seq2seq.greedy_decode, dict(
+    return decoding.greedy_decode, dict(
         model=Obj(_seq2seq(s)), src=Ids(s.B, s.Ts, vocab=9), src_lengths=_lengths(s), max_len=Int(s.Tt)
     )
 
 
-@spec("seq2seq.beam_search", seq2seq.beam_search, S2S, half=False)
+@spec("decoding.beam_search", decoding.beam_search, S2S, half=False)
 def _(s):
-    return seq2seq.beam_search, dict(
+    return decoding.beam_search, dict(
         model=Obj(_seq2seq(s)), src=Ids(s.Ts, vocab=9, batch=None), beam_width=Int(s.B), max_len=Int(s.Tt)
     )
 
 
-@spec("seq2seq.score_sequence", seq2seq.score_sequence, S2S)
+@spec("decoding.score_sequence", decoding.score_sequence, S2S)
 def _(s):
-    return seq2seq.score_sequence, dict(
+    return decoding.score_sequence, dict(
         model=Obj(_seq2seq(s)),
         src=Ids(s.Ts, vocab=9, batch=None),
         tokens=IntList([4 + t % 4 for t in range(s.Tt)], high=7),
     )
 
 
-@spec("seq2seq.translate", seq2seq.translate, S2S, half=False)
+@spec("decoding.translate", decoding.translate, S2S, half=False)
 def _(s):
     words = ["le", "chat", "est", "noir", "un"]
     src_vocab, tgt_vocab = Vocab(words), Vocab(["the", "cat", "is", "black"])
-    return seq2seq.translate, dict(
+    return decoding.translate, dict(
         model=Obj(_seq2seq(s)),
         tokens=Const(words[: s.Ts]),
         src_vocab=Obj(src_vocab),
