@@ -8,7 +8,7 @@ train/test split is the chapter's, fixed):
    (the chapter's model), mean pooling, 2D sinusoidal positions, and no positions. Test accuracy and
    CPU seconds of training (process time: what a quiet machine would need on one core).
 2. ``data``: test accuracy against the number of training images, for the ViT (learned and 2D sinusoidal
-   positions) and the chapter's CNN (``vit.SmallCNN``, widths 32, 64, 80), on nested balanced subsets.
+   positions) and the chapter's CNN (``vit_experiment.SmallCNN``, widths 32, 64, 80), on nested balanced subsets.
    The subsets get the chapter's recipe with 200 steps, or 45 passes over the subset when that is more
    (the chapter stops at 200 images, where 200 steps are 64 passes); the whole training set gets the
    full recipe (1,000 steps, about 45 passes).
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 from _common import cpu_name, loadavg, markers, summary, write_section  # noqa: E402  (benchmarks/_common.py)
-from attnbook import data, measure, train, vit
+from attnbook import data, measure, train, vit, vit_experiment
 
 HERE = Path(__file__).resolve().parent
 TINY = dict(image_size=8, patch_size=2, in_channels=1, n_classes=10, d_model=64, n_layers=2, n_heads=4, d_ff=128)
@@ -53,10 +53,10 @@ TARGET_ACCURACY, TARGET_SECONDS = 0.97, 60.0
 
 def run(model, x, y, digits, seed, **recipe) -> dict:
     cpu, wall = time.process_time(), time.perf_counter()
-    vit.fit_classifier(model, x, y, seed=seed, **recipe)
+    vit_experiment.fit_classifier(model, x, y, seed=seed, **recipe)
     return {
-        "accuracy": vit.accuracy(model, digits.x_test, digits.y_test),
-        "train_accuracy": vit.accuracy(model, x, y),
+        "accuracy": vit_experiment.accuracy(model, digits.x_test, digits.y_test),
+        "train_accuracy": vit_experiment.accuracy(model, x, y),
         "cpu_seconds": time.process_time() - cpu,
         "wall_seconds": time.perf_counter() - wall,
     }
@@ -89,7 +89,7 @@ def part_data(digits, seeds, sizes, device) -> list[dict]:
     models = {
         "ViT (learned positions)": lambda: vit.ViT(vit.ViTConfig(**TINY)),
         "ViT (2D sinusoidal positions)": lambda: vit.ViT(vit.ViTConfig(**TINY, positions="sinusoidal2d")),
-        "CNN": lambda: vit.SmallCNN(1, 10, CNN_WIDTHS),
+        "CNN": lambda: vit_experiment.SmallCNN(1, 10, CNN_WIDTHS),
     }
     rows = []
     for n in sizes:

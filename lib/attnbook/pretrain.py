@@ -351,13 +351,10 @@ def fit_classifier(
     _check_steps(steps, warmup)
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
-    order: list[int] = []
+    indices = train.shuffled_batches(n, batch_size, generator=g)
 
     def batch(_step: int):
-        nonlocal order
-        if len(order) < batch_size:
-            order = torch.randperm(n, generator=g).tolist()
-        idx, order = order[:batch_size], order[batch_size:]
+        idx = next(indices)
         T = int(lengths[idx].max())
         return ids[idx, :T].to(device), lengths[idx].to(device), labels[idx].to(device)
 
@@ -389,17 +386,15 @@ def accuracy(
     """
     _check_task(model, ids, lengths, labels)
     batch_size = _checks.positive_int("batch_size", batch_size)
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
-    correct = 0
-    for start in range(0, ids.shape[0], batch_size):
-        lens = lengths[start : start + batch_size]
-        x = ids[start : start + batch_size, : int(lens.max())].to(device)
-        y = labels[start : start + batch_size]
-        correct += int((_scores(model, x, lens.to(device), y.to(device)).argmax(-1).cpu() == y).sum())
-    model.train(was_training)
-    return correct / ids.shape[0]
+
+    def batches():  # (ids cut to the longest sequence of the batch, lengths, labels)
+        for start in range(0, ids.shape[0], batch_size):
+            lens = lengths[start : start + batch_size]
+            x = ids[start : start + batch_size, : int(lens.max())]
+            yield x.to(device), lens.to(device), labels[start : start + batch_size].to(device)
+
+    return train.accuracy(model, batches())
 
 
 def words_of(text: str, *, min_len: int = 1, max_len: int | None = None, lower: bool = True) -> list[str]:

@@ -17,7 +17,17 @@ import torch
 
 from . import _checks
 
-__all__ = ["seed_everything", "pick_device", "progress", "History", "fit"]
+__all__ = [
+    "seed_everything",
+    "pick_device",
+    "progress",
+    "History",
+    "fit",
+    "shuffled_batches",
+    "accuracy",
+    "inverse_sqrt_schedule",
+    "cosine_schedule",
+]
 
 
 def seed_everything(seed: int = 0) -> int:
@@ -206,10 +216,62 @@ def fit(
     return history
 
 
+def shuffled_batches(n: int, batch_size: int, *, generator: torch.Generator) -> Iterator[list[int]]:
+    """Endless batches of ``batch_size`` indices into ``range(n)``, drawn without replacement an epoch at a
+    time: a new random order (from ``generator``) whenever fewer than ``batch_size`` indices are left, the
+    rest of the old epoch dropped.
+
+    Chapter: vision transformers; from text to tokens, and pretraining.
+    """
+    _check_shuffled_batches(n, batch_size, generator)
+    return _epochs(n, batch_size, generator)
+
+
+def _epochs(n: int, batch_size: int, generator: torch.Generator) -> Iterator[list[int]]:
+    order: list[int] = []
+    while True:
+        if len(order) < batch_size:  # a new epoch
+            order = torch.randperm(n, generator=generator).tolist()
+        batch, order = order[:batch_size], order[batch_size:]
+        yield batch
+
+
+@torch.no_grad()
+def accuracy(model: torch.nn.Module, batches: Iterable[tuple]) -> float:
+    """The fraction of examples whose largest logit is their label, the model in eval mode.
+
+    ``batches`` yields tuples (inputs..., labels): the model's arguments, then the labels (b,) of the
+    logits (b, C) it returns; a label outside [0, C) is an error.
+
+    Chapter: vision transformers; from text to tokens, and pretraining.
+    """
+    _checks.module("model", model)
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    try:
+        for *inputs, labels in batches:
+            logits = model(*inputs)  # (b, C)
+            _checks.token_ids("labels", labels, logits.shape[-1], what="class indices")
+            correct += int((logits.argmax(dim=-1) == labels).sum())
+            total += labels.numel()
+    finally:
+        model.train(was_training)
+    return correct / total
+
+
+def _check_shuffled_batches(n, batch_size, generator) -> None:
+    _checks.positive_int("n", n)
+    _checks.positive_int("batch_size", batch_size)
+    if batch_size > n:
+        raise ValueError(f"batch_size must be at most n={n} (a batch without repeats), got {batch_size}")
+    _checks.instance(
+        "generator", generator, torch.Generator, "a torch.Generator (e.g. torch.Generator().manual_seed(0))"
+    )
+
+
 # --- Learning-rate schedules ---------------------------------------------------------------------------
 # Chapter: the transformer block (the 2017 schedule); the lab (warmup then cosine decay).
-
-__all__ += ["inverse_sqrt_schedule", "cosine_schedule"]
 
 
 def inverse_sqrt_schedule(d_model: int, warmup_steps: int) -> Callable[[int], float]:

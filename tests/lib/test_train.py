@@ -102,3 +102,29 @@ def test_the_smoothed_loss_forgets_a_non_finite_step_once_it_leaves_the_window()
     history = train.History(loss=[math.nan, 1.0, 2.0, 3.0, 4.0])
     smoothed = history.smoothed_loss(2)
     assert all(math.isnan(v) for v in smoothed[:2]) and smoothed[2:] == [1.5, 2.5, 3.5]
+
+
+def test_shuffled_batches_take_each_index_once_an_epoch_and_check_at_once():
+    g = torch.Generator().manual_seed(0)
+    batches = train.shuffled_batches(10, 3, generator=g)
+    first = [next(batches) for _ in range(3)]  # one epoch: 9 of the 10 indices, the 10th dropped
+    assert all(len(b) == 3 for b in first) and len({i for b in first for i in b}) == 9
+    second = [next(batches) for _ in range(3)]  # a new order for the next epoch
+    assert len({i for b in second for i in b}) == 9 and second != first
+    again = train.shuffled_batches(10, 3, generator=torch.Generator().manual_seed(0))
+    assert [next(again) for _ in range(6)] == first + second  # the seed fixes the order
+    with pytest.raises(ValueError, match="batch_size must be at most n=4"):
+        train.shuffled_batches(4, 5, generator=g)  # at the call, not at the first batch
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        train.shuffled_batches(4, 2, generator=0)
+
+
+def test_accuracy_counts_the_largest_logit_in_eval_mode():
+    logits = torch.tensor([[2.0, 1.0], [0.0, 3.0], [5.0, 4.0]])  # predicts 0, 1, 0
+    model = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Dropout(0.9))  # dropout would change them in training
+    labels = torch.tensor([0, 0, 0])
+    batches = [(logits[:2], labels[:2]), (logits[2:], labels[2:])]
+    assert train.accuracy(model, batches) == pytest.approx(2 / 3) and model.training
+    with pytest.raises(ValueError, match=r"labels must hold class indices in \[0, 2\), got values from 0 to 2"):
+        train.accuracy(model, [(logits, torch.tensor([0, 1, 2]))])
+    assert model.training  # restored after an error too

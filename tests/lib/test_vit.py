@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from attnbook import data, measure, positional, vit
+from attnbook import data, measure, positional, vit, vit_experiment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -183,8 +183,8 @@ def test_fit_classifier_learns_digits_quickly():
     digits = data.load_digits()
     idx = data.balanced_subset(digits.y_train, 400)
     torch.manual_seed(0)
-    model = vit.SmallCNN(1, 10, widths=(16, 32, 32))
-    history = vit.fit_classifier(
+    model = vit_experiment.SmallCNN(1, 10, widths=(16, 32, 32))
+    history = vit_experiment.fit_classifier(
         model,
         digits.x_train[idx],
         digits.y_train[idx],
@@ -193,7 +193,7 @@ def test_fit_classifier_learns_digits_quickly():
         augment={"rotate": 5.0, "shift": 0.5, "scale": 0.05},
     )
     assert history.loss[-1] < history.loss[0]
-    assert vit.accuracy(model, digits.x_test, digits.y_test) > 0.8
+    assert vit_experiment.accuracy(model, digits.x_test, digits.y_test) > 0.8
 
 
 # --- attention maps -------------------------------------------------------------------------------------
@@ -242,14 +242,14 @@ def test_load_digits_and_balanced_subsets():
 
 def test_random_affine():
     images = torch.rand(4, 1, 8, 8)
-    assert vit.random_affine(images) is images
+    assert vit_experiment.random_affine(images) is images
     g = torch.Generator().manual_seed(0)
-    moved = vit.random_affine(images, rotate=10.0, shift=1.0, scale=0.1, generator=g)
+    moved = vit_experiment.random_affine(images, rotate=10.0, shift=1.0, scale=0.1, generator=g)
     assert moved.shape == images.shape and not torch.allclose(moved, images)
     # a whole-pixel shift of a single bright pixel moves it by one pixel
     dot = torch.zeros(1, 1, 8, 8)
     dot[0, 0, 3, 3] = 1.0
-    theta_shift = vit.random_affine(dot, shift=1e-9)
+    theta_shift = vit_experiment.random_affine(dot, shift=1e-9)
     torch.testing.assert_close(theta_shift, dot, atol=1e-6, rtol=0)
 
 

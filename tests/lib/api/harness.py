@@ -93,6 +93,7 @@ from attnbook import (
     train,
     train_lm,
     vit,
+    vit_experiment,
 )
 from torch import nn
 
@@ -103,6 +104,7 @@ MODULES = {
     "models": models,
     "flash": flash,
     "vit": vit,
+    "vit_experiment": vit_experiment,
     "rnn": rnn,
     "bptt": bptt,
     "seq2seq": seq2seq,

@@ -1,7 +1,7 @@
 """API property specs: blocks, models and the vision transformer (the harness is in harness.py)."""
 
 import torch
-from attnbook import blocks, models, vit
+from attnbook import blocks, models, vit, vit_experiment
 from harness import Choice, Const, Ids, Int, Mask, Num, Obj, Tensor, _module, spec
 
 # blocks ---------------------------------------------------------------------------------------------------
@@ -323,25 +323,27 @@ def _(s):
     return vit.attention_rollout, dict(weights=Tensor(s.B, 2, T, T, seq=2), grid=Const((s.gh, s.gw)), residual=Num(0.5))
 
 
-@spec("vit.SmallCNN", vit.SmallCNN, IMG)
+@spec("vit_experiment.SmallCNN", vit_experiment.SmallCNN, IMG)
 def _(s):
-    return _module(lambda: vit.SmallCNN(s.C, 3, widths=(4, 4))), dict(images=Tensor(s.B, s.C, s.gh * 2, s.gw * 2))
+    return _module(lambda: vit_experiment.SmallCNN(s.C, 3, widths=(4, 4))), dict(
+        images=Tensor(s.B, s.C, s.gh * 2, s.gw * 2)
+    )
 
 
-@spec("vit.accuracy", vit.accuracy, IMG, half=False)
+@spec("vit_experiment.accuracy", vit_experiment.accuracy, IMG, half=False)
 def _(s):
-    return vit.accuracy, dict(
-        model=Obj(_module(lambda: vit.SmallCNN(s.C, 3, widths=(4,)))),
+    return vit_experiment.accuracy, dict(
+        model=Obj(_module(lambda: vit_experiment.SmallCNN(s.C, 3, widths=(4,)))),
         images=Tensor(s.B, s.C, s.gh * 2, s.gw * 2),
         labels=Ids(s.B, vocab=3, seq=None),
         batch_size=Int(2),
     )
 
 
-@spec("vit.random_affine", vit.random_affine, IMG)
+@spec("vit_experiment.random_affine", vit_experiment.random_affine, IMG)
 def _(s):
     def random_affine(images, rotate, shift, scale):  # the same random draws for the call and its reference
-        return vit.random_affine(
+        return vit_experiment.random_affine(
             images, rotate=rotate, shift=shift, scale=scale, generator=torch.Generator().manual_seed(0)
         )
 

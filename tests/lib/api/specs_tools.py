@@ -750,6 +750,39 @@ def _(s):
     )
 
 
+def _check_shuffled(out, args):
+    """Batches of batch_size distinct indices in range(n); no index twice within an epoch."""
+    n, size = args["n"], args["batch_size"]
+    per_epoch = n // size
+    assert all(len(b) == size == len(set(b)) and all(0 <= i < n for i in b) for b in out)
+    for start in range(0, len(out), per_epoch):
+        epoch = [i for b in out[start : start + per_epoch] for i in b]
+        assert len(epoch) == len(set(epoch))
+
+
+@spec("train.shuffled_batches", train.shuffled_batches, dict(n=(1, 9), b=(1, 9), k=(1, 6)), check=_check_shuffled)
+def _(s):
+    def first_batches(n, batch_size, generator, k):
+        batches = train.shuffled_batches(n, batch_size, generator=generator)
+        return [next(batches) for _ in range(k)]
+
+    return first_batches, dict(n=Int(s.n), batch_size=Int(min(s.b, s.n)), generator=Gen(), k=Const(s.k))
+
+
+def _accuracy_one_by_one(call, model, batches):
+    """The share of examples whose largest logit, computed one example at a time, is the label."""
+    right = [int(model(x[i : i + 1]).argmax()) == int(y[i]) for x, y in batches for i in range(len(y))]
+    return sum(right) / len(right)
+
+
+@spec("train.accuracy", train.accuracy, dict(N=(1, 6), b=(1, 3), C=(2, 4)), reference=_accuracy_one_by_one, half=False)
+def _(s):
+    g = torch.Generator().manual_seed(s.N)
+    x, y = torch.randn(s.N, 3, generator=g), torch.randint(s.C, (s.N,), generator=g)
+    batches = [(x[i : i + s.b], y[i : i + s.b]) for i in range(0, s.N, s.b)]
+    return train.accuracy, dict(model=Obj(nn.Linear(3, s.C)), batches=Const(batches))
+
+
 @spec(
     "train.inverse_sqrt_schedule",
     train.inverse_sqrt_schedule,

@@ -44,7 +44,8 @@ EXCLUDED = {
     "flash.FlashAttentionFunction": "the autograd function behind flash_attention, exercised through it",
     "flash.FastMemory": "the counter of the IO model, exercised through standard_attention_io and flash_attention_io",
     "flash.IOCount": "the result type of the IO model",
-    "vit.fit_classifier": "trains for a number of steps (test_vit); its inputs go through the checks of accuracy",
+    "vit_experiment.fit_classifier": "trains for a number of steps (test_vit); its inputs go through the checks of "
+    "accuracy",
     "seq2seq.Memory": "the result type of Seq2Seq.encode, passed to seq2seq.Decoder here",
     "seq2seq.Batch": "the result type of make_batch, passed to sequence_loss here",
     "decoding.Translation": "the result type of greedy_decode and beam_search",
