@@ -52,7 +52,8 @@ def state_jacobians(cell: Cell, x: torch.Tensor, state: State | None = None) -> 
 
     Chapter: vanishing gradients.
     """
-    s = _check_jacobian_input(cell, x, state).detach()  # (S,): s_0, flat
+    s_0 = _check_jacobian_input(cell, x, state)  # (S,): the initial state, flat
+    s = s_0.detach()
     T, S = x.shape[0], cell.state_size
     previous = []  # s_0 ... s_{T-1}: where each step starts
     with torch.no_grad():

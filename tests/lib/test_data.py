@@ -18,7 +18,7 @@ def isolated(monkeypatch, tmp_path):
     monkeypatch.delenv("ATTNBOOK_DATA", raising=False)
     monkeypatch.setenv("ATTNBOOK_CACHE", str(tmp_path / "cache"))
     (tmp_path / "packaged").mkdir()
-    monkeypatch.setattr(data, "packaged_dir", lambda: tmp_path / "packaged")
+    monkeypatch.setattr(data.files, "packaged_dir", lambda: tmp_path / "packaged")
     return tmp_path
 
 
@@ -27,7 +27,7 @@ def no_download(monkeypatch):
     def refuse(url, timeout):
         raise AssertionError(f"fetch tried to download {url}")
 
-    monkeypatch.setattr(data, "_download", refuse)
+    monkeypatch.setattr(data.files, "_download", refuse)
 
 
 def test_the_packaged_copies_are_used_without_any_download(monkeypatch, tmp_path, no_download):
@@ -71,7 +71,7 @@ def test_a_damaged_packaged_copy_is_not_used(isolated, monkeypatch):
             "test",
         ),
     )
-    monkeypatch.setattr(data, "_download", lambda url, timeout: content)
+    monkeypatch.setattr(data.files, "_download", lambda url, timeout: content)
     with pytest.warns(RuntimeWarning, match="packaged copy .* has sha256 .* it is not used"):
         path = data.fetch("doc")
     assert path == isolated / "cache" / "doc" / "doc.txt" and path.read_bytes() == content
@@ -140,7 +140,7 @@ def test_download_with_extraction_and_bad_checksum(isolated, monkeypatch):
     httpd, url = serve(isolated / "srv")
     try:
         first_five = b"".join(lines[:5])
-        extract = data._first_lines_of_zip_member("fra.txt", 5)
+        extract = data.files._first_lines_of_zip_member("fra.txt", 5)
         good = data.Dataset(
             "pairs",
             "pairs/pairs.txt",

@@ -252,7 +252,7 @@ def _(s):
     {},
     half=False,
     examples=1,
-    reference=lambda call: pathlib.Path(data.__file__).resolve().parent / "data_files",
+    reference=lambda call: pathlib.Path(data.__file__).resolve().parents[1] / "data_files",
 )
 def _(s):
     return data.packaged_dir, {}
