@@ -15,10 +15,10 @@ How each run is set (the rule, the same for every size):
 - batches of 16 windows of 64 characters, 1,024 tokens per step; the budgets are 2^17 to 2^21 tokens
   (128 to 2,048 steps; 2^21 is about 2.1 passes over the training text) for every size, and up to 2^24
   for the smaller sizes, as long as C = 6 N D stays under 2e12 FLOPs (for the isoFLOP profiles);
-- peak learning rate lr(D) = 0.03 * (16 / D)^0.75 for width D (``train_lm.scaling_lr``, fitted to short
+- peak learning rate lr(D) = 0.03 * (16 / D)^0.75 for width D (``scaling_grid.peak_lr``, fitted to short
   sweeps at widths 16, 32 and 96, listed in ``LR_SWEEPS`` and the README section), warmup over the first
   5% of the steps (at least 5), cosine decay to a tenth of the peak at the last step, AdamW (0.9, 0.99),
-  weight decay 0.1, clipping at 1 (``train_lm.scaling_recipe``).
+  weight decay 0.1, clipping at 1 (``scaling_grid.recipe``).
 
 The runs are shared out over ``--workers`` processes of one thread each, the most expensive first. Each
 finished run is appended to a JSON-lines file (``--runs``), so an interrupted grid continues where it
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
-from attnbook import measure, models, scaling, train_lm
+from attnbook import measure, models, scaling, scaling_grid, train_lm
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "scaling.json"
@@ -68,7 +68,7 @@ BATCH, CONTEXT = 16, 64
 
 
 def run_config(size: tuple[int, int, int], tokens: int, seed: int) -> train_lm.TrainConfig:
-    return train_lm.scaling_recipe(*size, tokens, seed=seed, batch_size=BATCH, block_size=CONTEXT).replace(threads=1)
+    return scaling_grid.recipe(*size, tokens, seed=seed, batch_size=BATCH, block_size=CONTEXT).replace(threads=1)
 
 
 def budgets_for(size: tuple[int, int, int]) -> list[int]:
@@ -85,7 +85,7 @@ def size_info(size: tuple[int, int, int]) -> dict:
         "n_layers": size[0],
         "d_model": size[1],
         "n_heads": size[2],
-        "lr": train_lm.scaling_lr(size[1]),
+        "lr": scaling_grid.peak_lr(size[1]),
         "n_params": measure.count_parameters(model),
         "non_embedding": measure.count_parameters(model, non_embedding=True),
         "n": flops.n,

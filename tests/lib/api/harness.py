@@ -89,6 +89,7 @@ from attnbook import (
     positional,
     pretrain,
     rnn,
+    scaling_grid,
     seq2seq,
     train,
     train_lm,
@@ -119,6 +120,7 @@ MODULES = {
     "data": data,
     "train": train,
     "train_lm": train_lm,
+    "scaling_grid": scaling_grid,
     "export": export,
 }
 HALF = (torch.float16, torch.bfloat16)

@@ -14,7 +14,7 @@ import unicodedata
 import pytest
 import torch
 import torch.nn.functional as F
-from attnbook import attention, blocks, data, export, measure, models, train, train_lm
+from attnbook import attention, blocks, data, export, measure, models, scaling_grid, train, train_lm
 from harness import (
     FILES,
     Arg,
@@ -865,14 +865,14 @@ def _(s):
 
 
 @spec(
-    "train_lm.scaling_lr",
-    train_lm.scaling_lr,
+    "scaling_grid.peak_lr",
+    scaling_grid.peak_lr,
     dict(D=(1, 128)),
     half=False,
     reference=lambda call, d_model: 0.03 * (16 / d_model) ** 0.75,
 )
 def _(s):
-    return train_lm.scaling_lr, dict(d_model=Int(s.D))
+    return scaling_grid.peak_lr, dict(d_model=Int(s.D))
 
 
 def _check_scaling_recipe(out, args):
@@ -891,18 +891,18 @@ def _check_scaling_recipe(out, args):
         args["batch_size"],
         args["block_size"],
     )
-    assert out.lr == train_lm.scaling_lr(args["d_model"]) and out.min_lr_factor == 0.1
+    assert out.lr == scaling_grid.peak_lr(args["d_model"]) and out.min_lr_factor == 0.1
 
 
 @spec(
-    "train_lm.scaling_recipe",
-    train_lm.scaling_recipe,
+    "scaling_grid.recipe",
+    scaling_grid.recipe,
     dict(L=(1, 4), H=(1, 3), Dh=(4, 16), k=(10, 400), B=(1, 16), T=(1, 64), seed=(0, 3)),
     check=_check_scaling_recipe,
     half=False,
 )
 def _(s):
-    return train_lm.scaling_recipe, dict(
+    return scaling_grid.recipe, dict(
         n_layers=Int(s.L),
         d_model=Int(s.H * s.Dh),
         n_heads=Int(s.H),
