@@ -117,7 +117,7 @@ def test_permutation_equivariance():
     torch.testing.assert_close(scaled_dot_product_attention(q, k[perm_k], v[perm_k]), out)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=min(60, settings.default.max_examples), deadline=None)
 @given(
     t_q=st.integers(1, 6),
     t_k=st.integers(1, 6),

@@ -50,7 +50,7 @@ def test_ffn_equals_torch_linear_relu_linear():
     torch.testing.assert_close(ffn(x), ref(x), **TOL)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 @given(B=st.integers(1, 3), T=st.integers(1, 9), shift=st.integers(-9, 9), seed=st.integers(0, 1000))
 def test_ffn_is_position_wise_and_translation_equivariant(B, T, shift, seed):
     ffn = FeedForward(4, 8).double()

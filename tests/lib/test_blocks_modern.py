@@ -16,7 +16,7 @@ def _gpt(**changes):
 
 
 @given(st.integers(1, 4), st.integers(1, 24), st.floats(1e-6, 1e-2))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 def test_rmsnorm_equals_torch(batch, d_model, eps):
     x = torch.randn(batch, 3, d_model, dtype=torch.float64) * 3
     ours = blocks.RMSNorm(d_model, eps=eps).double()
@@ -95,7 +95,7 @@ def test_moe_in_a_gpt_and_aux_loss_has_gradient():
 
 
 @given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 20))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 def test_rope_keeps_norms_and_depends_on_relative_position(m, n, shift):
     g = torch.Generator().manual_seed(m * 100 + n)
     q, k = torch.randn(2, 8, generator=g, dtype=torch.float64)

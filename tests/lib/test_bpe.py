@@ -101,7 +101,7 @@ def test_smaller_vocabularies_are_prefixes_of_larger_ones(shakespeare):
     assert bpe.BPETokenizer(large.merges[: len(small.merges)]).id_to_token == small.id_to_token
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 @given(
     st.lists(st.text(alphabet="abcé ", min_size=1, max_size=12), min_size=1, max_size=12),
     st.integers(min_value=1, max_value=40),

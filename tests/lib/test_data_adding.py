@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 @given(n=st.integers(1, 40), length=st.integers(2, 60), seed=st.integers(0, 10_000))
 def test_two_markers_one_per_half_and_the_target_is_their_sum(n, length, seed):
     x, y = data.adding_problem(n, length, generator=torch.Generator().manual_seed(seed))

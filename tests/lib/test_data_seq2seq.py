@@ -31,7 +31,7 @@ def test_detokenize_inverts_tokenize():
     assert data.detokenize(data.tokenize("The dogs' bones.")) == "the dogs' bones."
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=min(60, settings.default.max_examples), deadline=None)
 @given(
     st.lists(st.sampled_from(["the", "cat", "sat", "é", "l'", "a", ".", ",", "!", "?", "'s", "-", "x1"]), max_size=12),
     st.sampled_from(["en", "fr"]),
@@ -114,7 +114,7 @@ def test_split_by_source_keeps_every_sentence_on_one_side():
         data.split_by_source(pairs, 1.5)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=min(30, settings.default.max_examples), deadline=None)
 @given(st.integers(1, 8), st.integers(0, 12), st.sampled_from(["copy", "reverse", "add1"]), st.integers(0, 10**6))
 def test_digit_pairs(min_len, extra, task, seed):
     max_len = min_len + extra

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=min(50, settings.default.max_examples), deadline=None)
 @given(st.text(alphabet="abcdefgh \n!", min_size=1, max_size=50))
 def test_encode_decode_round_trip(text):
     tok = CharTokenizer.from_text("abcdefgh \n!")

@@ -50,7 +50,7 @@ def brute_force_best(model, src, max_len):
     return best
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=min(15, settings.default.max_examples), deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 6), st.booleans())
 def test_beam_width_one_is_greedy(seed, T, attention):
     model = make_model(attention, seed=seed % 1000)
@@ -79,7 +79,7 @@ def test_exhaustive_beam_finds_the_most_probable_output(seed):
         assert beam.score >= greedy.score - 1e-12
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=min(10, settings.default.max_examples), deadline=None)
 @given(st.integers(0, 10**6), st.integers(2, 4))
 def test_decoders_report_the_models_score_of_their_output(seed, width):
     model = make_model(seed=seed % 1000)

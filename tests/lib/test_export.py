@@ -155,7 +155,7 @@ def test_prompt_rules():
         export.prompt_ids(None, VOCAB, 3)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=min(60, settings.default.max_examples), deadline=None)
 @given(st.text(alphabet=VOCAB + "xyz\u00e9\U0001f600", max_size=30), st.integers(1, 12))
 def test_prompt_is_always_a_valid_input(text, block_size):
     p = export.prompt_ids(text, VOCAB, block_size)

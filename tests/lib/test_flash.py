@@ -31,7 +31,7 @@ def qkv(batch, t_q, t_k, d_k, d_v, dtype=torch.float64, seed=0, requires_grad=Fa
 # --- the online softmax -------------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=min(60, settings.default.max_examples), deadline=None)
 @given(
     shape=st.lists(st.integers(1, 5), min_size=0, max_size=2),
     n=st.integers(1, 40),
@@ -78,7 +78,7 @@ def test_online_softmax_bad_input():
 # --- tiled attention: equal to naive attention ----------------------------------------------------------
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=min(50, settings.default.max_examples), deadline=None)
 @given(
     batch=st.sampled_from([(), (2,), (2, 3)]),
     t_q=st.integers(1, 70),
@@ -102,7 +102,7 @@ def test_flash_attention_equals_naive_attention(
     torch.testing.assert_close(out, naive(q, k, v, causal, offset), **TOL[dtype])
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=min(20, settings.default.max_examples), deadline=None)
 @given(
     t_q=st.integers(1, 40),
     t_k=st.integers(1, 40),

@@ -80,7 +80,7 @@ def test_laplacian_eigenvectors_of_a_small_graph_are_padded():
     assert torch.equal(vectors[:, 2:], torch.zeros(3, 2, dtype=torch.float64))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 @given(n=st.integers(1, 12), p=st.floats(0.0, 0.6), seed=st.integers(0, 10_000))
 def test_shortest_paths_equal_networkx(n, p, seed):
     g, A = random_graph(n, p, seed)

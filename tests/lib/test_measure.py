@@ -99,7 +99,7 @@ def test_tensors_saved_for_the_backward_pass_are_counted():
 
 
 @pytest.mark.skipif(DEVICE.type != "cpu", reason="exact byte counts of the CPU tensor tracker")
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=min(15, settings.default.max_examples), deadline=None)
 @given(n=st.integers(8, 200), d=st.integers(1, 32))
 def test_naive_attention_holds_the_scores_and_the_weights(n, d):
     q, k, v = torch.randn(n, d), torch.randn(n, d), torch.randn(n, d)
@@ -118,7 +118,7 @@ def test_peak_memory_bad_input():
 # --- FLOPs and parameters -----------------------------------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=min(20, settings.default.max_examples), deadline=None)
 @given(m=st.integers(1, 40), k=st.integers(1, 40), n=st.integers(1, 40))
 def test_flop_count_of_a_matrix_product(m, k, n):
     a, b = torch.randn(m, k), torch.randn(k, n)
@@ -166,7 +166,7 @@ def test_count_parameters():
 # --- fits and formats ---------------------------------------------------------------------------------
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=min(30, settings.default.max_examples), deadline=None)
 @given(k=st.floats(-3, 3), c=st.floats(0.01, 100))
 def test_fit_power_law_recovers_the_exponent(k, c):
     xs = [1, 2, 4, 8, 16]

@@ -62,7 +62,7 @@ def test_model_needs_a_config():
 # --- GPT ------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=min(15, settings.default.max_examples), deadline=None)
 @given(T=st.integers(2, 16), t=st.integers(0, 15), seed=st.integers(0, 100))
 def test_gpt_is_causal(T, t, seed):
     t = min(t, T - 1)

@@ -44,7 +44,7 @@ def per_head_loop(mha, x, mem, mask=None, bias=None):
 shapes = st.tuples(st.integers(1, 3), st.integers(1, 9), st.sampled_from([(4, 1), (8, 2), (12, 3), (16, 4), (8, 8)]))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=min(30, settings.default.max_examples), deadline=None)
 @given(shape=shapes, seed=st.integers(0, 10_000), causal_first=st.booleans())
 def test_self_attention_is_permutation_equivariant(shape, seed, causal_first):
     """F(sigma(X)) = sigma(F(X)) on both paths, for any permutation sigma of the positions."""
@@ -60,7 +60,7 @@ def test_self_attention_is_permutation_equivariant(shape, seed, causal_first):
     torch.testing.assert_close(w_p, w[:, :, perm][:, :, :, perm], **TOL64)  # weights: rows and columns permuted
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=min(20, settings.default.max_examples), deadline=None)
 @given(shape=shapes, t_k=st.integers(1, 9), seed=st.integers(0, 10_000))
 def test_cross_attention_ignores_the_order_of_the_keys(shape, t_k, seed):
     """Permuting keys and values together leaves every query's output unchanged (invariance)."""
@@ -73,7 +73,7 @@ def test_cross_attention_ignores_the_order_of_the_keys(shape, t_k, seed):
     torch.testing.assert_close(mha(x, mem[:, perm]), mha(x, mem), **TOL64)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=min(30, settings.default.max_examples), deadline=None)
 @given(
     shape=shapes,
     t_k=st.integers(1, 9),

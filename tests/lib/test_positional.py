@@ -78,7 +78,7 @@ def test_positions_are_distinct():
     assert distances.min() > 1e-3
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=min(40, settings.default.max_examples), deadline=None)
 @given(k=st.integers(-60, 60), half_width=st.integers(1, 16), base=st.sampled_from([100.0, 10000.0]))
 def test_shift_by_k_is_a_fixed_rotation(k, half_width, base):
     """PE(pos + k) = T_k PE(pos) for every pos, with T_k orthogonal and independent of pos."""
@@ -90,7 +90,7 @@ def test_shift_by_k_is_a_fixed_rotation(k, half_width, base):
     torch.testing.assert_close(T @ T.T, torch.eye(d, dtype=torch.float64), atol=1e-12, rtol=0)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 @given(half_width=st.integers(1, 32), p=st.integers(0, 300), q=st.integers(0, 300), shift=st.integers(0, 300))
 def test_dot_product_depends_only_on_the_offset(half_width, p, q, shift):
     d = 2 * half_width

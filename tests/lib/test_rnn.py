@@ -26,7 +26,7 @@ def _randn(*shape, seed=0):
 # --- equality with PyTorch on copied weights --------------------------------------------------------
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=min(15, settings.default.max_examples), deadline=None)
 @given(
     B=st.integers(1, 4),
     D=st.integers(1, 5),
@@ -43,7 +43,7 @@ def test_rnn_cell_equals_torch(B, D, H, seed, nonlinearity):
     torch.testing.assert_close(cell(x), ref(x))  # zero initial state
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=min(15, settings.default.max_examples), deadline=None)
 @given(B=st.integers(1, 4), D=st.integers(1, 5), H=st.integers(1, 6), seed=st.integers(0, 1000))
 def test_lstm_cell_equals_torch(B, D, H, seed):
     torch.manual_seed(seed)
@@ -55,7 +55,7 @@ def test_lstm_cell_equals_torch(B, D, H, seed):
     torch.testing.assert_close(got[1], want[1])
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=min(15, settings.default.max_examples), deadline=None)
 @given(B=st.integers(1, 4), D=st.integers(1, 5), H=st.integers(1, 6), seed=st.integers(0, 1000))
 def test_gru_cell_equals_torch(B, D, H, seed):
     torch.manual_seed(seed)

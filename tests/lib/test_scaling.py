@@ -21,7 +21,7 @@ def test_the_law_at_the_scale_x_c_is_the_floor_plus_one():
     )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=min(30, settings.default.max_examples), deadline=None)
 @given(alpha=st.floats(0.05, 1.5), L_inf=st.floats(0.0, 3.0), x_c=st.floats(1e2, 1e5))
 def test_fit_recovers_exact_parameters(alpha, L_inf, x_c):
     fit = scaling.fit_scaling_law(N, scaling.saturating_power_law(N, L_inf, x_c, alpha))

@@ -21,7 +21,7 @@ def tiny(**changes) -> vit.ViT:
 # --- patches ------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 @given(b=st.integers(1, 3), c=st.integers(1, 3), gh=st.integers(1, 4), gw=st.integers(1, 4), p=st.integers(1, 4))
 def test_patchify_equals_unfold_and_unpatchify_inverts_it(b, c, gh, gw, p):
     images = torch.randn(b, c, gh * p, gw * p, dtype=torch.float64)
@@ -50,7 +50,7 @@ def test_imagenet_shapes():
 # --- the two patch embeddings -------------------------------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=min(20, settings.default.max_examples), deadline=None)
 @given(c=st.integers(1, 3), p=st.integers(1, 4), g=st.integers(1, 3), d=st.integers(1, 16), bias=st.booleans())
 def test_linear_and_conv_patch_embeddings_are_equal_on_shared_weights(c, p, g, d, bias):
     torch.manual_seed(0)

@@ -875,7 +875,7 @@ def _(s):
     return scaling_grid.peak_lr, dict(d_model=Int(s.D))
 
 
-def _check_scaling_recipe(out, args):
+def _check_grid_recipe(out, args):
     """The shape and seed as given; steps from the token budget; warmup 5% (at least 5); the width's learning rate."""
     assert isinstance(out, train_lm.TrainConfig)
     steps = args["tokens"] // (args["batch_size"] * args["block_size"])
@@ -898,7 +898,7 @@ def _check_scaling_recipe(out, args):
     "scaling_grid.recipe",
     scaling_grid.recipe,
     dict(L=(1, 4), H=(1, 3), Dh=(4, 16), k=(10, 400), B=(1, 16), T=(1, 64), seed=(0, 3)),
-    check=_check_scaling_recipe,
+    check=_check_grid_recipe,
     half=False,
 )
 def _(s):
