@@ -34,7 +34,7 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 LINTED := lib book/_ext tests benchmarks
 
 .PHONY: help setup python-env npm-assets chromium diagrams sync execute html book test test-lib test-notebooks \
-	test-site test-gpu student bench clean lint format check
+	test-site test-gpu test-compat student bench clean lint format check
 
 help:
 	@echo "The two commands:"
@@ -54,6 +54,7 @@ help:
 	@echo "  make clean     remove $(BUILD)"
 	@echo "Elsewhere:"
 	@echo "  make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
+	@echo "  make test-compat  the lowest declared versions of the dependencies: library tests, two chapters"
 	@echo "  make bench     run the benchmarks in benchmarks/ (slow)"
 
 # --- set-up -------------------------------------------------------------------------------------
@@ -140,6 +141,27 @@ test-gpu: python-env
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU')"
 	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site" -p no:cacheprovider
 	ATTNBOOK_DEVICE=cuda $(NBVAL) $(NB)
+
+# The promise of pyproject.toml, tested: the lowest declared version of every dependency (the library's and
+# the extras the tests use) in an environment of its own, with this machine's torch (the only one it has),
+# then the library, exercise and grading tests and two chapters that use every one of them.
+# onnxruntime floats: its floor (1.18) needs numpy >= 1.24.2, above numpy's own floor.
+COMPAT := $(BUILD)/compat
+COMPAT_PY := $(COMPAT)/venv/bin/python
+COMPAT_NB := chapters/03_bahdanau_attention.ipynb chapters/10_vision_transformer.ipynb
+
+test-compat:
+	rm -rf $(COMPAT)
+	$(PYTHON) -m venv $(COMPAT)/venv
+	$(COMPAT_PY) -m pip install -q torch==2.13.0
+	$(COMPAT_PY) book/_ext/attnbook_book/floors.py pyproject.toml --extras test,hf,export,grade --skip torch \
+		--float onnxruntime > $(COMPAT)/floors.txt
+	$(COMPAT_PY) -m pip install -q -r $(COMPAT)/floors.txt nbval jupytext
+	$(COMPAT_PY) -m pip install -q --no-deps -e . -e book/_ext
+	$(COMPAT_PY) -m pip check
+	$(COMPAT_PY) -m pip list --format=freeze > $(COMPAT)/installed.txt
+	$(COMPAT_PY) -m pytest tests/lib tests/exercises tests/grading -m "not site" -p no:cacheprovider
+	$(COMPAT_PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider $(COMPAT_NB)
 
 bench: python-env
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script; done

@@ -1,0 +1,60 @@
+"""The lowest versions the package promises: every ``name>=version`` of ``pyproject.toml`` (its dependencies
+and the extras asked for) as ``name==version``, one a line, for ``make test-compat``.
+
+    python book/_ext/attnbook_book/floors.py pyproject.toml --extras test,hf,export,grade --skip torch \
+        --float onnxruntime
+
+Only the standard library: it runs in the fresh environment it helps to fill. A floor written with fewer
+parts than the release has (``numpy>=1.24``) pins the release it names (``numpy==1.24`` is 1.24.0); a
+requirement without a floor, or with an upper bound, is refused, since it has no lowest version to test.
+A name given to ``--float`` keeps its ``>=`` (for a floor that cannot be installed with the others).
+Python 3.11 or later (``tomllib``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import tomllib
+
+_FLOOR = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*([0-9][0-9A-Za-z.]*)\s*$")
+
+
+def floors(pyproject: Path, extras: list[str], skip: set[str], float_: set[str] = frozenset()) -> list[str]:
+    project = tomllib.loads(pyproject.read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    unknown = [e for e in extras if e not in optional]
+    if unknown:
+        raise SystemExit(f"unknown extras {unknown}; {pyproject} has {sorted(optional)}")
+    pins = []
+    for requirement in project["dependencies"] + [r for e in extras for r in optional[e]]:
+        match = _FLOOR.match(requirement)
+        if match is None:
+            raise SystemExit(f"{requirement!r} is not of the form name>=version: it has no lowest version to test")
+        name, version = match.groups()
+        if name.lower() in float_:
+            pins.append(f"{name}>={version}")
+        elif name.lower() not in skip:
+            pins.append(f"{name}=={version}")
+    return pins
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pyproject", type=Path)
+    parser.add_argument("--extras", default="", help="comma-separated extras whose floors to add")
+    parser.add_argument("--skip", default="", help="comma-separated names to leave out (e.g. torch)")
+    parser.add_argument("--float", default="", help="comma-separated names to keep at >= their floor")
+    args = parser.parse_args(argv)
+    extras = [e for e in args.extras.split(",") if e]
+    skip = {s.lower() for s in args.skip.split(",") if s}
+    float_ = {s.lower() for s in args.float.split(",") if s}
+    print("\n".join(floors(args.pyproject, extras, skip, float_)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
