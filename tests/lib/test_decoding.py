@@ -8,32 +8,12 @@ import math
 
 import pytest
 import torch
-from attnbook import data, decoding, seq2seq, train
+from attnbook import data, decoding, seq2seq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-DEVICE = train.pick_device()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: one CPU thread is as fast, and much faster on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def make_model(attention=True, *, V_src=9, V_tgt=8, d_embed=6, d_hidden=5, seed=0, dtype=torch.float64):
-    torch.manual_seed(seed)
-    model = seq2seq.Seq2Seq(V_src, V_tgt, d_embed=d_embed, d_hidden=d_hidden, d_attn=7, attention=attention)
-    return model.to(DEVICE, dtype).eval()
-
-
-def random_src(B, T, V=9, seed=0, low=4):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(low, V, (B, T), generator=g).to(DEVICE)
-
+# one_thread: an autouse fixture, picked up where it is imported
+from seq2seq_helpers import DEVICE, make_model, one_thread, random_src  # noqa: F401
 
 # --- decoders against brute force and each other -------------------------------------------------------
 
