@@ -106,6 +106,7 @@ class RNNCell(_Cell):
         _uniform_(self, hidden_size)
 
     def _step(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """h_t = phi(W_xh x_t + W_hh h_{t-1} + b_h), without input checks (forward and Recurrent check them)."""
         a = x @ self.W_xh.T + h @ self.W_hh.T + self.b_h  # (B, H)
         return _NONLINEARITIES[self.nonlinearity](a)  # (B, H)
 
@@ -161,6 +162,7 @@ class LSTMCell(_Cell):
         return self._step(x, state, return_gates=return_gates)
 
     def _step(self, x: torch.Tensor, state: tuple, *, return_gates: bool = False):
+        """The gates, then c_t and h_t, without input checks (forward and Recurrent check them)."""
         h, c = state  # (B, H), (B, H)
         a = x @ self.W_x.T + h @ self.W_h.T + self.b  # (B, 4H)
         a_i, a_f, a_g, a_o = a.chunk(4, dim=-1)  # each (B, H)
@@ -217,6 +219,7 @@ class GRUCell(_Cell):
         _uniform_(self, hidden_size)
 
     def _step(self, x: torch.Tensor, h: torch.Tensor, *, return_gates: bool = False):
+        """r, z, n, then h_t, without input checks (forward and Recurrent check them)."""
         H = self.hidden_size
         ax_r, ax_z, ax_n = (x @ self.W_x.T + self.b_x).chunk(3, dim=-1)  # each (B, H)
         W_hr_hz, W_hn = self.W_h[: 2 * H], self.W_h[2 * H :]  # (2H, H), (H, H)
