@@ -82,6 +82,10 @@ class AttentionOnlyConfig:
                 f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}"
             )
 
+    def replace(self, **changes) -> AttentionOnlyConfig:
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -178,7 +182,7 @@ def repeat_losses(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor
             f"{_checks.shape_str(ids.shape)}"
         )
     _checks.token_ids("ids", ids, logits.shape[-1])
-    nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), ids[:, 1:], reduction="none")  # (B, 2L - 1)
+    nll = F.cross_entropy(_wide(logits[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")  # (B, 2L - 1)
     return nll[:, :L].mean(), nll[:, L:].mean()  # targets 1 .. L, targets L + 1 .. 2L - 1
 
 
@@ -356,7 +360,7 @@ def gradient_x_input(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor)
     try:
         with torch.enable_grad():
             logits = model(ids)  # (B, T, V)
-            logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
+            logp = torch.log_softmax(_wide(logits), dim=-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
             e = captured["e"]
             rows = []
             for t in range(ids.shape[1]):
@@ -391,7 +395,7 @@ def token_ablation(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor, r
     B, T = ids.shape
 
     def log_probs(x):  # (N, T) -> (N, T): log p(y_t) at every position
-        logits = model(x).float()  # (N, T, V)
+        logits = _wide(model(x))  # (N, T, V)
         return torch.log_softmax(logits, dim=-1).gather(-1, targets.repeat(len(x) // B, 1)[..., None])[..., 0]
 
     base = log_probs(ids)  # (B, T)
@@ -426,6 +430,11 @@ def load_lab_gpt(path=None) -> tuple[GPT, CharTokenizer]:
     model = GPT(TransformerConfig(**saved["model_config"]))
     model.load_state_dict({k: v.float() for k, v in saved["model"].items()})
     return model.eval(), CharTokenizer(saved["chars"])
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits in float32 for a log-softmax; other dtypes as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 # --- checks ----------------------------------------------------------------------------------------------
