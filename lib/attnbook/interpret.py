@@ -325,7 +325,7 @@ def attention_rollout(weights: list[torch.Tensor]) -> torch.Tensor:
     if isinstance(weights, torch.Tensor) or not isinstance(weights, (list, tuple)) or not weights:
         raise TypeError(f"weights must be a non-empty list of (B, H, T, T) tensors, one per layer, got {weights!r:.60}")
     for i, w in enumerate(weights):
-        _check_weights(f"weights[{i}]", w)
+        _check_weights(f"weights[{i}]", w, shortest=1)
         _checks.same_size("shape (B, H, T, T)", slice(None), ("weights[0]", weights[0]), (f"weights[{i}]", w))
     T = weights[0].shape[-1]
     eye = torch.eye(T, dtype=weights[0].dtype, device=weights[0].device)  # (T, T)
@@ -472,12 +472,13 @@ def _check_repeats(name: str, ids) -> int:
     return ids.shape[1] // 2
 
 
-def _check_weights(name: str, weights, *, repeats: bool = False) -> int:
-    """One layer's attention weights (B, H, T, T), T >= 2 (even for a half and its repeat); returns T // 2."""
+def _check_weights(name: str, weights, *, repeats: bool = False, shortest: int = 2) -> int:
+    """One layer's attention weights (B, H, T, T), T >= ``shortest`` (even for a half and its repeat); returns
+    T // 2."""
     _checks.tensor(name, weights, ndim=4, floating=True)
     B, H, Tq, Tk = weights.shape
-    if Tq != Tk or Tq < 2 or B == 0 or H == 0 or (repeats and Tq % 2):
-        kind = "T = 2L, a half and its repeat" if repeats else "T >= 2"
+    if Tq != Tk or Tq < shortest or B == 0 or H == 0 or (repeats and Tq % 2):
+        kind = "T = 2L, a half and its repeat" if repeats else f"T >= {shortest}"
         raise ValueError(
             f"{name} must be self-attention weights (B, H, T, T) with B, H >= 1 and {kind}, "
             f"got shape {_checks.shape_str(weights.shape)}"

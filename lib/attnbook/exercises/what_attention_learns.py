@@ -64,6 +64,8 @@ def check_prefix_matching(fn) -> Result:
 
 def _without_head(W_o, head, n_heads, *, rows=False, shift=0):
     Dh = W_o.shape[1] // n_heads
+    if not 0 <= head + shift < n_heads:
+        raise ValueError("no such head")  # this mistake cannot be made on this case
     out = W_o.clone()
     block = slice((head + shift) * Dh, (head + shift + 1) * Dh)
     if rows:
@@ -95,8 +97,9 @@ def check_without_head(fn) -> Result:
         ),
         Mistake(
             "the block is one head off: head h (counted from 0) owns the columns h*Dh to (h+1)*Dh - 1.",
-            lambda W, h, H: _without_head(W, h, H, shift=1) if h + 1 < H else W.clone(),
+            lambda W, h, H: _without_head(W, h, H, shift=1),
         ),
+        Mistake("nothing was removed: set the head's columns of the copy to zero.", lambda W, h, H: W.clone()),
     ]
     return check_function(
         fn,
