@@ -48,7 +48,7 @@ RECIPE = {
     "vocab_size": 26,  # the letters a to z
     "halves": [6, 24],  # each batch: a first half of 6 to 24 random letters, then its repeat
     "batch_size": 32,
-    "steps": 600,
+    "steps": 500,
     "lr": 3e-3,
     "n_heads": 2,
     "d_model": 64,

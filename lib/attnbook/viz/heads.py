@@ -56,7 +56,15 @@ def phase_change_figure(
             col=1,
         )
     if chance is not None:
-        fig.add_hline(y=chance, line_dash="dot", line_width=1, annotation_text="chance, ln V", row=1, col=1)
+        fig.add_hline(
+            y=chance,
+            line_dash="dot",
+            line_width=1,
+            annotation_text="chance, ln V",
+            annotation_position="bottom left",
+            row=1,
+            col=1,
+        )
     fig.update_yaxes(title_text=loss_title, rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=score_title, range=[0, 1], row=2, col=1)
     fig.update_xaxes(title_text="training step", row=2, col=1)
@@ -98,7 +106,7 @@ def head_grid(
             hovertemplate=f"%{{y}}, %{{x}}<br>{value_name} %{{z:{text_format}}}<extra></extra>",
         )
     )
-    fig.update_layout(title=title, yaxis_autorange="reversed", height=140 + 60 * z.shape[0])
+    fig.update_layout(title=title, yaxis_autorange="reversed", height=200 + 70 * z.shape[0])
     return fig
 
 
