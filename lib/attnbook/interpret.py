@@ -150,12 +150,7 @@ def repeated_tokens(
     Shapes:
         return: (n, 2 * half) token ids
     """
-    _checks.positive_int("n", n)
-    _checks.positive_int("half", half)
-    _checks.positive_int("vocab_size", vocab_size)
-    _checks.generator("generator", generator)
-    if distinct and half > vocab_size:
-        raise ValueError(f"half must be at most vocab_size={vocab_size} for distinct tokens, got half={half}")
+    _check_sizes(n, half, vocab_size, distinct, generator)
     if distinct:
         first = torch.rand(n, vocab_size, generator=generator).argsort(dim=-1)[:, :half]  # (n, half)
     else:
@@ -174,14 +169,7 @@ def repeat_losses(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor
     Shapes:
         logits: (B, 2L, V), ids: (B, 2L); returns two scalars (nats)
     """
-    L = _check_repeats("ids", ids)
-    _checks.tensor("logits", logits, ndim=3, floating=True)
-    if logits.shape[:2] != ids.shape:
-        raise ValueError(
-            f"logits (B, T, V) and ids (B, T) disagree: {_checks.shape_str(logits.shape)} and "
-            f"{_checks.shape_str(ids.shape)}"
-        )
-    _checks.token_ids("ids", ids, logits.shape[-1])
+    L = _check_repeats(logits, ids)
     nll = F.cross_entropy(_wide(logits[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")  # (B, 2L - 1)
     return nll[:, :L].mean(), nll[:, L:].mean()  # targets 1 .. L, targets L + 1 .. 2L - 1
 
@@ -230,8 +218,7 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]):
     ``W_o``; a forward pre-hook on ``W_o`` multiplies that slice by zero (the same as zeroing those columns of
     ``W_o``, without touching the weights). Layers and heads count from 0.
     """
-    layers = attention_layers(model)
-    chosen = _check_heads("heads", heads, layers)
+    layers, chosen = _check_heads("heads", heads, model)
     hooks = []
     try:
         for i, layer in enumerate(layers):
@@ -265,8 +252,7 @@ def edit_attention(model: nn.Module, layer: int, head: int, edit: Callable[[torc
     1): a permutation of the keys, uniform weights, an adversarial distribution (Jain and Wallace, 2019).
     The layer must be self-attention called without a KV cache or a score bias. Layers and heads count from 0.
     """
-    layers = attention_layers(model)
-    ((layer, head),) = _check_heads("layer and head", [(layer, head)], layers)
+    layers, ((layer, head),) = _check_heads("layer and head", [(layer, head)], model)
     _checks.function("edit", edit)
     hook = layers[layer].register_forward_hook(_edited_output(head, edit), with_kwargs=True)
     try:
@@ -322,11 +308,7 @@ def attention_rollout(weights: list[torch.Tensor]) -> torch.Tensor:
     Shapes:
         weights: a list of n_layers (B, H, T, T), first layer first; return: (B, T, T)
     """
-    if isinstance(weights, torch.Tensor) or not isinstance(weights, (list, tuple)) or not weights:
-        raise TypeError(f"weights must be a non-empty list of (B, H, T, T) tensors, one per layer, got {weights!r:.60}")
-    for i, w in enumerate(weights):
-        _check_weights(f"weights[{i}]", w, shortest=1)
-        _checks.same_size("shape (B, H, T, T)", slice(None), ("weights[0]", weights[0]), (f"weights[{i}]", w))
+    _check_layers_weights(weights)
     T = weights[0].shape[-1]
     eye = torch.eye(T, dtype=weights[0].dtype, device=weights[0].device)  # (T, T)
     rollout = eye
@@ -346,9 +328,7 @@ def gradient_x_input(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor)
     Shapes:
         ids, targets: (B, T); return: (B, T, T), [b, t, j]
     """
-    embedding, vocab_size, block_size = _language_model("model", model)
-    _check_ids("ids", ids, vocab_size, block_size)
-    _check_targets("targets", targets, ids, vocab_size)
+    embedding, _ = _check_attribution(model, ids, targets)
     captured = {}
 
     def keep(module, args, output):
@@ -382,16 +362,7 @@ def token_ablation(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor, r
     Shapes:
         ids, targets: (B, T); replacement: int or (B, T); return: (B, T, T), [b, t, j]
     """
-    _, vocab_size, block_size = _language_model("model", model)
-    _check_ids("ids", ids, vocab_size, block_size)
-    _check_targets("targets", targets, ids, vocab_size)
-    if isinstance(replacement, int) and not isinstance(replacement, bool):
-        if not 0 <= replacement < vocab_size:
-            raise ValueError(f"replacement must be a token id in [0, {vocab_size}), got {replacement}")
-        replacement = torch.full_like(ids, replacement)
-    else:
-        _checks.token_ids("replacement", replacement, vocab_size, ndim=2, what="token ids (or one int)")
-        _checks.same_size("shape (B, T)", slice(None), ("ids", ids), ("replacement", replacement))
+    _, replacement = _check_attribution(model, ids, targets, replacement)  # replacement: (B, T)
     B, T = ids.shape
 
     def log_probs(x):  # (N, T) -> (N, T): log p(y_t) at every position
@@ -456,20 +427,59 @@ def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor
     return _checks.token_ids(name, ids, vocab_size, values=not _is_exporting())
 
 
-def _check_targets(name: str, targets, ids: torch.Tensor, vocab_size: int) -> None:
-    _checks.token_ids(name, targets, vocab_size, ndim=2)
-    _checks.same_size("shape (B, T)", slice(None), ("ids", ids), (name, targets))
+def _check_sizes(n, half, vocab_size, distinct, generator) -> None:
+    """The arguments of :func:`repeated_tokens`."""
+    _checks.positive_int("n", n)
+    _checks.positive_int("half", half)
+    _checks.positive_int("vocab_size", vocab_size)
+    _checks.generator("generator", generator)
+    if distinct and half > vocab_size:
+        raise ValueError(f"half must be at most vocab_size={vocab_size} for distinct tokens, got half={half}")
 
 
-def _check_repeats(name: str, ids) -> int:
-    """Sequences of even length 2L >= 2: a first half and its repeat; returns L."""
-    _checks.tensor(name, ids, ndim=2)
+def _check_repeats(logits, ids) -> int:
+    """Logits (B, 2L, V) and ids (B, 2L) of sequences of even length 2L >= 2 (a half and its repeat); returns L."""
+    _checks.tensor("ids", ids, ndim=2)
     if ids.shape[0] == 0 or ids.shape[1] < 2 or ids.shape[1] % 2:
         raise ValueError(
-            f"{name} must be a batch of sequences of even length 2L >= 2 (a half and its repeat), "
+            f"ids must be a batch of sequences of even length 2L >= 2 (a half and its repeat), "
             f"got shape {_checks.shape_str(ids.shape)}"
         )
+    _checks.tensor("logits", logits, ndim=3, floating=True)
+    if logits.shape[:2] != ids.shape:
+        raise ValueError(
+            f"logits (B, T, V) and ids (B, T) disagree: {_checks.shape_str(logits.shape)} and "
+            f"{_checks.shape_str(ids.shape)}"
+        )
+    _checks.token_ids("ids", ids, logits.shape[-1])
     return ids.shape[1] // 2
+
+
+def _check_layers_weights(weights) -> None:
+    """A non-empty list of one (B, H, T, T) per layer, all of one shape."""
+    if isinstance(weights, torch.Tensor) or not isinstance(weights, (list, tuple)) or not weights:
+        raise TypeError(f"weights must be a non-empty list of (B, H, T, T) tensors, one per layer, got {weights!r:.60}")
+    for i, w in enumerate(weights):
+        _check_weights(f"weights[{i}]", w, shortest=1)
+        _checks.same_size("shape (B, H, T, T)", slice(None), ("weights[0]", weights[0]), (f"weights[{i}]", w))
+
+
+def _check_attribution(model, ids, targets, replacement=None) -> tuple[nn.Embedding, torch.Tensor | None]:
+    """A GPT or an AttentionOnly model, ids and targets (B, T), and replacement ids (one int or (B, T)); returns
+    the model's token embedding and the replacement as (B, T) ids."""
+    embedding, vocab_size, block_size = _language_model("model", model)
+    _check_ids("ids", ids, vocab_size, block_size)
+    _checks.token_ids("targets", targets, vocab_size, ndim=2)
+    _checks.same_size("shape (B, T)", slice(None), ("ids", ids), ("targets", targets))
+    if replacement is None:
+        return embedding, None
+    if isinstance(replacement, int) and not isinstance(replacement, bool):
+        if not 0 <= replacement < vocab_size:
+            raise ValueError(f"replacement must be a token id in [0, {vocab_size}), got {replacement}")
+        return embedding, torch.full_like(ids, replacement)
+    _checks.token_ids("replacement", replacement, vocab_size, ndim=2, what="token ids (or one int)")
+    _checks.same_size("shape (B, T)", slice(None), ("ids", ids), ("replacement", replacement))
+    return embedding, replacement
 
 
 def _check_weights(name: str, weights, *, repeats: bool = False, shortest: int = 2) -> int:
@@ -486,12 +496,11 @@ def _check_weights(name: str, weights, *, repeats: bool = False, shortest: int =
     return Tq // 2
 
 
-def _check_heads(name: str, heads, layers: list) -> list[tuple[int, int]]:
-    """A list of (layer, head) pairs that exist in ``layers``."""
+def _check_heads(name: str, heads, model) -> tuple[list[nn.Module], list[tuple[int, int]]]:
+    """The attention layers of ``model`` and the (layer, head) pairs ``heads``, which must exist in them."""
+    layers = attention_layers(model)
     if not layers:
-        raise ValueError(
-            "model has no attention layer (attnbook.attention.MultiHeadAttention or GroupedQueryAttention)"
-        )
+        raise ValueError("model has no attention layer (attention.MultiHeadAttention or GroupedQueryAttention)")
     if isinstance(heads, (str, bytes, torch.Tensor)) or not isinstance(heads, Iterable):
         raise TypeError(f"{name} must be a list of (layer, head) pairs, got {type(heads).__name__}")
     chosen = []
@@ -506,7 +515,7 @@ def _check_heads(name: str, heads, layers: list) -> list[tuple[int, int]]:
                 f"{layers[min(layer, len(layers) - 1)].n_heads} heads (counted from 0)"
             )
         chosen.append((layer, head))
-    return chosen
+    return layers, chosen
 
 
 def _language_model(name: str, model) -> tuple[nn.Embedding, int, int]:
