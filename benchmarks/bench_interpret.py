@@ -48,7 +48,7 @@ RECIPE = {
     "vocab_size": 26,  # the letters a to z
     "halves": [6, 24],  # each batch: a first half of 6 to 24 random letters, then its repeat
     "batch_size": 32,
-    "steps": 500,
+    "steps": 400,
     "lr": 3e-3,
     "n_heads": 2,
     "d_model": 64,
@@ -220,7 +220,7 @@ def analyse_lab(model, val: torch.Tensor, vocab: str) -> dict:
     L, H = model.config.n_layers, model.config.n_heads
     heads = [(l, h) for l in range(L) for h in range(H)]
     out = {"val_loss": models.evaluate_lm(model, val)}
-    subset = val[: 256 * 64 + 1]  # 256 windows of the validation split
+    subset = val[: 128 * 64 + 1]  # 128 windows of the validation split
     base = models.evaluate_lm(model, subset)
     out["subset_loss"] = base
     # induction: random characters, all different in the first half, then repeated

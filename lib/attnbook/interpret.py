@@ -179,7 +179,7 @@ def prefix_matching_score(weights: torch.Tensor) -> torch.Tensor:
 
     On a first half of L tokens and its repeat, query t >= L holds the token of position t - L, which was
     followed by token t - L + 1: an induction head attends there (Olsson et al., 2022). A head that does so
-    always scores 1; a head with uniform causal weights scores about 1 / (1.5 L).
+    always scores 1; a head with uniform causal weights scores about ln(2) / L.
 
     Shapes:
         weights: (B, H, 2L, 2L), one layer's; return: (H,)

@@ -156,7 +156,7 @@ def test_scores_of_hand_made_heads():
     assert interpret.prefix_matching_score(induction).item() == 1.0
     assert interpret.previous_token_score(previous).item() == 1.0
     assert interpret.prefix_matching_score(previous).item() == 0.0
-    expected = sum(1 / (t + 1) for t in range(L, T)) / L  # about 1 / (1.5 L)
+    expected = sum(1 / (t + 1) for t in range(L, T)) / L  # about ln(2) / L
     assert math.isclose(interpret.prefix_matching_score(uniform).item(), expected, rel_tol=1e-6)
     with pytest.raises(ValueError, match="T = 2L, a half and its repeat"):
         interpret.prefix_matching_score(torch.ones(1, 1, 5, 5) / 5)
