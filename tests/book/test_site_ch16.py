@@ -141,26 +141,27 @@ def test_the_page_equals_pytorch(page, model, text):
 
 def test_repeating_a_random_string_makes_the_prediction_confident(page, model):
     """While the first half is typed the next letter is a guess; from the second letter of the repeat the
-    right letter gets most of the probability, and the induction head looks where the chapter says."""
+    right letter is the most likely one, far above any guess of the first half, and the induction head
+    looks where the chapter says."""
     tab, root, problems = page
     meta = model[0]
     first = "kqzvbmxwtj"  # ten different letters
     vocab = meta["vocab"]
-    probs_first, probs_repeat = [], []
+    guesses, right = [], []
     for n in range(3, len(first) + 1):
-        text = first[:n]
-        type_and_wait(tab, root, text, text)
-        probs_first.append(max(json.loads(root.evaluate("el => el.dataset.probs"))))
+        type_and_wait(tab, root, first[:n], first[:n])
+        guesses.append(max(json.loads(root.evaluate("el => el.dataset.probs"))))
     for n in range(2, len(first)):
         text = first + first[:n]
         type_and_wait(tab, root, text, text)
-        probs = json.loads(root.evaluate("el => el.dataset.probs"))
-        probs_repeat.append(probs[vocab.index(first[n])])  # the letter the repeat continues with
+        probs = np.array(json.loads(root.evaluate("el => el.dataset.probs")))
+        assert probs.argmax() == vocab.index(first[n]), f"after {text!r} the most likely letter is not {first[n]!r}"
+        right.append(probs[vocab.index(first[n])])  # the letter the repeat continues with
     print(
-        f"\nlargest probability in the first half: {max(probs_first):.2f}; right letter in the repeat: "
-        f"{min(probs_repeat):.2f} to {max(probs_repeat):.2f}"
+        f"\nlargest probability in the first half: {max(guesses):.2f}; right letter in the repeat: "
+        f"{min(right):.2f} to {max(right):.2f}"
     )
-    assert max(probs_first) < 0.5 and min(probs_repeat) > 0.5
+    assert min(right) > 2 * max(guesses)
     layer, head = meta["heatmap"]["layer"], meta["heatmap"]["head"]
     rows = heatmap(root, layer, head)  # the last text: first + first[:L - 1]
     L = len(first)
