@@ -83,6 +83,7 @@ from attnbook import (
     export,
     flash,
     graphs,
+    interpret,
     lora,
     measure,
     models,
@@ -122,6 +123,7 @@ MODULES = {
     "train_lm": train_lm,
     "scaling_grid": scaling_grid,
     "export": export,
+    "interpret": interpret,
 }
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype
