@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -316,8 +318,11 @@ def token_ids(
         raise TypeError(f"{name} must hold integer {what}, got dtype {ids.dtype}")
     if not values:
         return ids
-    kept = ids if ignore_index is None else ids[ids != ignore_index]
-    if kept.numel() and (int(kept.min()) < 0 or (vocab_size is not None and int(kept.max()) >= vocab_size)):
+    outside = ids < 0 if vocab_size is None else (ids < 0) | (ids >= vocab_size)
+    if ignore_index is not None:
+        outside &= ids != ignore_index
+    if bool(outside.any()):  # one host sync per tensor of ids; the message reads the values only when it fails
+        kept = ids if ignore_index is None else ids[ids != ignore_index]
         also = "" if ignore_index is None else f" (or {ignore_index}: not predicted)"
         where = ">= 0" if vocab_size is None else f"in [0, {vocab_size})"
         raise ValueError(
@@ -361,3 +366,44 @@ def fraction(name: str, value) -> float:
     if value >= 1:
         raise ValueError(f"{name} must be between 0 and 1, got {value}")
     return value
+
+
+def dropout(name: str, value) -> float:
+    """Check that ``value`` is a dropout probability in [0, 1); return it as a float."""
+    p = positive_float(name, value, allow_zero=True)
+    if p >= 1:
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return p
+
+
+def choice(name: str, value, options) -> str:
+    """Check that ``value`` is one of ``options`` (say, the names of a registry); return it."""
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(repr(o) for o in options)}, got {value!r}")
+    return value
+
+
+# --- checking once, at the public boundary ----------------------------------------------------------------
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def trusted():
+    """Run the layers of a call whose inputs have been checked: inside the block, :func:`checking` is False.
+
+    A model checks its arguments once, in its own ``forward``, and runs its layers inside ``trusted()``; the
+    checker helpers of the layers (``_check_*``) then return at once instead of checking the same tensors
+    again at every level, and an error names the argument of the call the learner made.
+    """
+    before = getattr(_state, "trusted", False)
+    _state.trusted = True
+    try:
+        yield
+    finally:
+        _state.trusted = before
+
+
+def checking() -> bool:
+    """Whether checker helpers should check: False inside :func:`trusted`."""
+    return not getattr(_state, "trusted", False)
