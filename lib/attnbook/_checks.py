@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import inspect
 import math
 import threading
 from collections.abc import Sequence
@@ -388,22 +389,48 @@ def choice(name: str, value, options) -> str:
 _state = threading.local()
 
 
-@contextlib.contextmanager
-def trusted():
-    """Run the layers of a call whose inputs have been checked: inside the block, :func:`checking` is False.
+def checked_by(check):
+    """Decorate a public function or ``forward`` with its checker, so that its body is only the computation.
 
-    A model checks its arguments once, in its own ``forward``, and runs its layers inside ``trusted()``; the
-    checker helpers of the layers (``_check_*``) then return at once instead of checking the same tensors
-    again at every level, and an error names the argument of the call the learner made.
+    ``check`` (a function, or the name of one further down the function's module, where the checks are) gets
+    the call's arguments by name (defaults filled in; ``**_`` takes those it does not look at) and raises a
+    clear error for a bad one. It runs at the boundary only: while a checked call runs, the checked calls
+    inside it (the layers of a model, a function a function calls, the tiles of a loop) skip their checks, as
+    their inputs come from arguments checked already, and an error names an argument of the call the learner
+    made. A constructor calls its checker itself: its checks run wherever it is called.
     """
-    before = getattr(_state, "trusted", False)
-    _state.trusted = True
-    try:
-        yield
-    finally:
-        _state.trusted = before
+
+    def decorate(fn):
+        parameters = inspect.signature(fn).parameters.values()
+        positional = [p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD]
+        defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+        names = {p.name for p in parameters}
+        if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
+            raise TypeError(f"checked_by needs named parameters (no *args, **kwargs), not {fn.__qualname__}'s")
+
+        @functools.wraps(fn)
+        def checked_call(*args, **kwargs):
+            if getattr(_state, "trusted", False):  # an outer call has checked the inputs
+                return fn(*args, **kwargs)
+            arguments = {**defaults, **dict(zip(positional, args)), **kwargs}
+            if len(args) > len(positional) or len(arguments) < len(names) or not kwargs.keys() <= names:
+                return fn(*args, **kwargs)  # a call that does not fit the signature: Python's own TypeError
+            (fn.__globals__[check] if isinstance(check, str) else check)(**arguments)
+            with trusted():
+                return fn(*args, **kwargs)
+
+        return checked_call
+
+    return decorate
 
 
-def checking() -> bool:
-    """Whether checker helpers should check: False inside :func:`trusted`."""
-    return not getattr(_state, "trusted", False)
+class trusted:
+    """``with _checks.trusted():`` runs code whose inputs have been checked: the checked calls inside it skip
+    their checks (see :func:`checked_by`)."""
+
+    def __enter__(self):
+        self.before = getattr(_state, "trusted", False)
+        _state.trusted = True
+
+    def __exit__(self, *exc):
+        _state.trusted = self.before

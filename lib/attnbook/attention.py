@@ -17,17 +17,18 @@ Conventions every attention path follows (the functions here, both paths of :cla
 - **Half precision**: float16 and bfloat16 inputs give outputs of their own dtype; the explicit path forms the
   scores, the softmax and the weighted sum in float32, as fused kernels do.
 
-The input checks are in ``_attention_checks``. A layer inside a model does not check again what the model
-checked (``_checks.trusted``).
+Each function and ``forward`` names its input checks (``@checked_by``, the checks in ``_attention_checks``);
+they run once, at the boundary: a layer inside a model does not check again what the model checked.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _checks
 from ._attention_checks import (
     _check_additive_attention,
     _check_additive_score,
@@ -43,6 +44,7 @@ from ._attention_checks import (
     check_layer_inputs,
     check_qkv,
 )
+from ._checks import checked_by
 from ._numerics import NEG_INF, work_dtype
 from .positional import apply_rope
 
@@ -61,6 +63,7 @@ __all__ = [
 ]
 
 
+@checked_by(_check_masked_softmax)
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax over the last dimension that puts exactly zero weight where ``mask`` is False.
 
@@ -75,7 +78,6 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
 
     Chapter: queries, keys and values (softmax); masking (the -inf fill).
     """
-    _check_masked_softmax(scores, mask)
     work = work_dtype(scores.dtype)
     if mask is None:
         return torch.softmax(scores, dim=-1, dtype=work).to(scores.dtype)
@@ -88,6 +90,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return weights.masked_fill(~mask, 0.0).to(scores.dtype)  # masked weights are exactly 0
 
 
+@checked_by(_check_temperature)
 def softmax_with_temperature(scores: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(scores / temperature) over the last dimension.
 
@@ -100,10 +103,10 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float) -> torch.
 
     Chapter: queries, keys and values (hard lookup as the limit of soft lookup).
     """
-    temperature = _check_temperature(scores, temperature)
     return torch.softmax(scores / temperature, dim=-1)
 
 
+@checked_by(_check_sdpa)
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -131,7 +134,7 @@ def scaled_dot_product_attention(
 
     Chapter: queries, keys and values; beyond text (the score bias: distances in a graph).
     """
-    scale = _check_sdpa(q, k, v, mask, scale, score_bias, dropout)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     work = work_dtype(q.dtype)  # half precision: scores, softmax and sum in float32
     scores = (q.to(work) @ k.to(work).transpose(-2, -1)) * scale  # (..., Tq, Tk)
     if score_bias is not None:
@@ -142,6 +145,7 @@ def scaled_dot_product_attention(
     return (out, weights) if return_weights else out
 
 
+@checked_by(_check_causal_mask)
 def causal_mask(t_q: int, t_k: int | None = None, *, offset: int = 0, device=None) -> torch.Tensor:
     """Boolean mask where query i may attend to key j iff j <= i + offset.
 
@@ -154,12 +158,13 @@ def causal_mask(t_q: int, t_k: int | None = None, *, offset: int = 0, device=Non
 
     Chapter: masking.
     """
-    t_k = _check_causal_mask(t_q, t_k, offset)
+    t_k = t_q if t_k is None else t_k
     i = torch.arange(t_q, device=device).unsqueeze(1)  # (Tq, 1)
     j = torch.arange(t_k, device=device).unsqueeze(0)  # (1, Tk)
     return j <= i + offset  # (Tq, Tk)
 
 
+@checked_by(_check_padding_mask)
 def padding_mask(lengths, t_k: int | None = None, *, device=None) -> torch.Tensor:
     """Boolean mask that lets every query attend only to the first ``lengths[b]`` keys of sequence b.
 
@@ -170,7 +175,8 @@ def padding_mask(lengths, t_k: int | None = None, *, device=None) -> torch.Tenso
 
     Chapter: masking.
     """
-    lengths, t_k = _check_padding_mask(lengths, t_k, device)
+    lengths = torch.as_tensor(lengths, device=device)  # (B,)
+    t_k = int(lengths.max()) if t_k is None else t_k
     j = torch.arange(t_k, device=lengths.device)  # (Tk,)
     return (j.unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(1)  # (B, 1, Tk)
 
@@ -198,6 +204,7 @@ class AdditiveScore(nn.Module):
         self.W_2 = nn.Linear(d_key, d_attn, bias=False)
         self.v = nn.Linear(d_attn, 1, bias=False)
 
+    @checked_by(_check_keys)
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         """W_2 h_i for every key: compute it once per source sentence, pass it as ``projected_keys`` at each step.
 
@@ -205,13 +212,12 @@ class AdditiveScore(nn.Module):
             keys:   (..., Tk, d_key)
             return: (..., Tk, d_attn)
         """
-        _check_keys(self, keys)
         return self.W_2(keys)  # (..., Tk, A)
 
+    @checked_by(_check_additive_score)
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor, *, projected_keys: torch.Tensor | None = None
     ) -> torch.Tensor:
-        _check_additive_score(self, query, keys, projected_keys)
         projected_q = self.W_1(query).unsqueeze(-2)  # (..., Tq, 1, A)
         if projected_keys is None:
             projected_keys = self.W_2(keys)  # (..., Tk, A)
@@ -236,20 +242,10 @@ class AdditiveAttention(nn.Module):
         super().__init__()
         self.score = AdditiveScore(d_query, d_key, d_attn)
 
-    def forward(
-        self,
-        query,
-        keys,
-        values,
-        mask=None,
-        *,
-        return_weights: bool = False,
-        projected_keys: torch.Tensor | None = None,
-    ):
-        _check_additive_attention(self, query, keys, values, mask, projected_keys)
-        with _checks.trusted():  # the scoring network and the softmax need not check them again
-            scores = self.score(query, keys, projected_keys=projected_keys)  # (..., Tq, Tk)
-            weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
+    @checked_by(_check_additive_attention)
+    def forward(self, query, keys, values, mask=None, *, return_weights=False, projected_keys=None):
+        scores = self.score(query, keys, projected_keys=projected_keys)  # (..., Tq, Tk)
+        weights = masked_softmax(scores, mask)  # (..., Tq, Tk)
         context = weights @ values  # (..., Tq, Dv)
         return (context, weights) if return_weights else context
 
@@ -292,18 +288,12 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
+    @checked_by(check_layer_inputs)
     def forward(
-        self,
-        query,
-        key=None,
-        value=None,
-        mask=None,
-        *,
-        is_causal: bool = False,
-        return_weights: bool = False,
-        score_bias=None,
+        self, query, key=None, value=None, mask=None, *, is_causal=False, return_weights=False, score_bias=None
     ):
-        key, value, mask, score_bias = check_layer_inputs(self, query, key, value, mask, score_bias)
+        key = query if key is None else key  # self-attention
+        value = key if value is None else value
         B, T_q, D = query.shape
         T_k, H, Dh = key.shape[1], self.n_heads, self.d_head
         q, k, v = _project(self, query, key, value)  # each (B, T, D)
@@ -336,9 +326,9 @@ class KVCache:
     def length(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
+    @checked_by(_check_append)
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add (B, H_kv, T_new, Dh) keys and values; return all keys and values (B, H_kv, T_past + T_new, Dh)."""
-        _check_append(self, k)
         if self.k is not None:
             k = torch.cat([self.k, k], dim=2)  # (B, H_kv, T_past + T_new, Dh)
             v = torch.cat([self.v, v], dim=2)  # (B, H_kv, T_past + T_new, Dh)
@@ -402,6 +392,7 @@ class GroupedQueryAttention(nn.Module):
             self.q_norm = nn.LayerNorm(self.d_head, bias=bias)
             self.k_norm = nn.LayerNorm(self.d_head, bias=bias)
 
+    @checked_by(check_layer_inputs)
     def forward(
         self,
         query,
@@ -409,12 +400,13 @@ class GroupedQueryAttention(nn.Module):
         value=None,
         mask=None,
         *,
-        is_causal: bool = False,
-        return_weights: bool = False,
-        cache: KVCache | None = None,
+        is_causal=False,
+        return_weights=False,
+        cache=None,
         score_bias=None,
     ):
-        key, value, mask, score_bias = check_layer_inputs(self, query, key, value, mask, score_bias, cache)
+        key = query if key is None else key  # self-attention
+        value = key if value is None else value
         B, T_q, D = query.shape
         T_k, H, H_kv, Dh = key.shape[1], self.n_heads, self.n_kv_heads, self.d_head
         past = 0 if cache is None else cache.length  # the queries follow the T_past cached positions
@@ -463,15 +455,15 @@ def _attend(q, k, v, mask, is_causal: bool, dropout: float, return_weights: bool
     it is built. The weights take the explicit path (:func:`scaled_dot_product_attention`); otherwise the
     fused kernel runs, with ``score_bias`` as a float ``attn_mask`` that is -inf where ``mask`` is False.
     """
+    mask, score_bias = _per_head(mask), _per_head(score_bias)
     fused_causal = is_causal and mask is None and score_bias is None and past == 0 and not return_weights
-    with _checks.trusted():  # the layer has checked q, k, v, the mask and the bias
-        if is_causal and not fused_causal:
-            causal = causal_mask(q.shape[-2], k.shape[-2], offset=past, device=q.device)  # (Tq, Tk)
-            mask = causal if mask is None else mask & causal
-        if return_weights:
-            return scaled_dot_product_attention(
-                q, k, v, mask, score_bias=score_bias, dropout=dropout, return_weights=True
-            )  # (B, H, Tq, Dh), (B, H, Tq, Tk)
+    if is_causal and not fused_causal:
+        causal = causal_mask(q.shape[-2], k.shape[-2], offset=past, device=q.device)  # (Tq, Tk)
+        mask = causal if mask is None else mask & causal
+    if return_weights:
+        return scaled_dot_product_attention(
+            q, k, v, mask, score_bias=score_bias, dropout=dropout, return_weights=True
+        )  # (B, H, Tq, Dh), (B, H, Tq, Tk)
     attn_mask = mask
     if score_bias is not None:
         attn_mask = score_bias.to(q.dtype)  # (.., Tq, Tk) float: added to the scores by the kernel
@@ -481,3 +473,8 @@ def _attend(q, k, v, mask, is_causal: bool, dropout: float, return_weights: bool
     if mask is not None:  # a query with no allowed key gives zeros on every PyTorch version
         heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return heads, None  # (B, H, Tq, Dh)
+
+
+def _per_head(x):
+    """A mask or a bias (B, Tq, Tk) as (B, 1, Tq, Tk), the same for every head; other ranks as they are."""
+    return x.unsqueeze(1) if x is not None and x.dim() == 3 else x

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _checks
+from ._checks import checked_by
 from .attention import GroupedQueryAttention, KVCache, check_layer_inputs
 from .positionwise import (
     MLPS,
@@ -150,6 +151,7 @@ class EncoderBlock(_Block):
     def norm_2(self) -> nn.Module:
         return self.norms[1]
 
+    @checked_by("_check_encoder_block")
     def forward(
         self,
         x: torch.Tensor,
@@ -160,7 +162,6 @@ class EncoderBlock(_Block):
         cache: KVCache | None = None,
         score_bias: torch.Tensor | None = None,
     ):
-        _check_encoder_block(self, x, mask, cache, score_bias)
         weights = []  # the attention weights, when asked for
 
         def attend(h):  # (B, T, D) -> (B, T, D)
@@ -169,12 +170,12 @@ class EncoderBlock(_Block):
             )
             return _keep_weights(out, weights) if return_weights else out
 
-        with _checks.trusted():  # the attention and the FFN need not check x again
-            x = self._sublayer(x, 0, attend)  # (B, T, D)
-            x = self._sublayer(x, 1, self.ffn)  # (B, T, D)
+        x = self._sublayer(x, 0, attend)  # (B, T, D)
+        x = self._sublayer(x, 1, self.ffn)  # (B, T, D)
         return (x, weights[0]) if return_weights else x
 
     @classmethod
+    @checked_by("_check_from_torch")
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
         """An EncoderBlock with the configuration and a copy of the weights of a ``TransformerEncoderLayer``."""
         return _from_torch(cls, layer, nn.TransformerEncoderLayer, [("self_attn", "self_attn")])
@@ -225,6 +226,7 @@ class DecoderBlock(_Block):
         )
         self.cross_attn = GroupedQueryAttention(d_model, n_heads, dropout=float(self.dropout.p), bias=bias)
 
+    @checked_by("_check_decoder_block")
     def forward(
         self,
         x: torch.Tensor,
@@ -235,7 +237,6 @@ class DecoderBlock(_Block):
         is_causal: bool = True,
         return_weights: bool = False,
     ):
-        _check_decoder_block(self, x, memory, mask, memory_mask)
         weights = []  # the self-attention and cross-attention weights, when asked for
 
         def attend(h):  # (B, T, D) -> (B, T, D): masked self-attention
@@ -246,13 +247,13 @@ class DecoderBlock(_Block):
             out = self.cross_attn(h, memory, memory, mask=memory_mask, return_weights=return_weights)
             return _keep_weights(out, weights) if return_weights else out
 
-        with _checks.trusted():  # the layers inside need not check x and the memory again
-            x = self._sublayer(x, 0, attend)  # (B, T, D)
-            x = self._sublayer(x, 1, cross_attend)  # (B, T, D)
-            x = self._sublayer(x, 2, self.ffn)  # (B, T, D)
+        x = self._sublayer(x, 0, attend)  # (B, T, D)
+        x = self._sublayer(x, 1, cross_attend)  # (B, T, D)
+        x = self._sublayer(x, 2, self.ffn)  # (B, T, D)
         return (x, tuple(weights)) if return_weights else x
 
     @classmethod
+    @checked_by("_check_from_torch")
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
         """A DecoderBlock with the configuration and a copy of the weights of a ``TransformerDecoderLayer``."""
         return _from_torch(
@@ -270,7 +271,7 @@ def _keep_weights(out, weights: list) -> torch.Tensor:
 @torch.no_grad()
 def _from_torch(cls, layer: nn.Module, torch_cls: type, attentions: list[tuple[str, str]]):
     """A block of class ``cls`` with the configuration and a copy of the weights of the PyTorch ``layer``."""
-    mlp = _check_torch_layer(layer, torch_cls)
+    mlp = "relu" if layer.activation is F.relu or isinstance(layer.activation, nn.ReLU) else "gelu"
     block = cls(
         layer.linear1.in_features,
         layer.self_attn.num_heads,
@@ -339,6 +340,7 @@ class EncoderStack(nn.Module):
         self.blocks = nn.ModuleList(EncoderBlock(d_model, n_heads, d_ff, **options) for _ in range(n_layers))
         self.norm_f = make_norm(norm, d_model, eps=eps, bias=bias) if norm_position == "pre" else nn.Identity()
 
+    @checked_by("_check_stack")
     def forward(
         self,
         x: torch.Tensor,
@@ -347,19 +349,18 @@ class EncoderStack(nn.Module):
         score_bias: torch.Tensor | None = None,
         return_weights: bool = False,
     ):
-        _check_encoder_block(self.blocks[0], x, mask, None, score_bias)  # the same x, mask and bias in every block
         weights = []
-        with _checks.trusted():  # the blocks need not check them again
-            for block in self.blocks:
-                if return_weights:
-                    x, w = block(x, mask, score_bias=score_bias, return_weights=True)
-                    weights.append(w)  # (B, H, T, T)
-                else:
-                    x = block(x, mask, score_bias=score_bias)  # (B, T, D)
+        for block in self.blocks:
+            if return_weights:
+                x, w = block(x, mask, score_bias=score_bias, return_weights=True)
+                weights.append(w)  # (B, H, T, T)
+            else:
+                x = block(x, mask, score_bias=score_bias)  # (B, T, D)
         x = self.norm_f(x)  # (B, T, D)
         return (x, weights) if return_weights else x
 
 
+@checked_by("_check_masked_mean")
 def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
     """The mean of the token vectors of each sequence, over the tokens where ``keep`` is True (all if None).
 
@@ -373,7 +374,6 @@ def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tens
 
     Chapter: beyond text (pooling a set).
     """
-    _check_masked_mean(x, keep)
     if keep is None:
         return x.mean(dim=1)  # (B, D)
     w = keep.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
@@ -382,7 +382,8 @@ def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tens
 
 
 # --- input checks -----------------------------------------------------------------------------------------
-# The checks of a forward return at once inside _checks.trusted() (a model has checked x); a constructor's always run.
+# A forward names its checks with @checked_by: they run at the boundary only (a model checks for its blocks);
+# a constructor calls its own.
 
 
 def _check_block_options(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position) -> tuple[int, float]:
@@ -397,36 +398,38 @@ def _check_block_options(d_model, n_heads, d_ff, dropout, mlp, norm, norm_positi
     return d_ff, _checks.dropout("dropout", dropout)
 
 
-def _check_encoder_block(block: EncoderBlock, x, mask, cache, score_bias) -> None:
+def _check_encoder_block(self, x, mask, cache=None, score_bias=None, **_) -> None:
     """x (B, T, D), then the mask, the bias and the cache under the block's names (as its attention checks them)."""
-    if _checks.checking():
-        _checks.sequence("x", x, block.d_model, module=block)
-        check_layer_inputs(block.self_attn, x, None, None, mask, score_bias, cache)
+    _checks.sequence("x", x, self.d_model, module=self)
+    check_layer_inputs(self.self_attn, x, None, None, mask, score_bias, cache)
 
 
-def _check_decoder_block(block: DecoderBlock, x, memory, mask, memory_mask) -> None:
-    if not _checks.checking():
-        return
-    _checks.sequence("x", x, block.d_model, module=block)
-    _checks.sequence("memory", memory, block.d_model, module=block)
+def _check_stack(self, x, mask, score_bias, **_) -> None:
+    """The same x, mask and bias go to every block: checked as the first one checks them."""
+    _check_encoder_block(self.blocks[0], x, mask, None, score_bias)
+
+
+def _check_decoder_block(self, x, memory, mask, memory_mask, **_) -> None:
+    _checks.sequence("x", x, self.d_model, module=self)
+    _checks.sequence("memory", memory, self.d_model, module=self)
     _checks.same_size("batch size B", slice(0, 1), ("x", x), ("memory", memory))
     for name, m, t_k in (("mask", mask, x.shape[1]), ("memory_mask", memory_mask, memory.shape[1])):
         if m is not None:
-            _checks.attention_mask(name, m, (x.shape[0], block.n_heads, x.shape[1], t_k), device=x.device)
+            _checks.attention_mask(name, m, (x.shape[0], self.n_heads, x.shape[1], t_k), device=x.device)
 
 
-def _check_torch_layer(layer, torch_cls: type) -> str:
-    """A ``torch.nn.Transformer{Encoder,Decoder}Layer`` with an activation the library has; return its name."""
+def _check_from_torch(cls, layer, **_) -> None:
+    """A ``torch.nn.Transformer{Encoder,Decoder}Layer`` (as ``cls`` is an encoder or a decoder block) with an
+    activation the library has."""
+    torch_cls = nn.TransformerDecoderLayer if issubclass(cls, DecoderBlock) else nn.TransformerEncoderLayer
     if not isinstance(layer, torch_cls):
         raise TypeError(f"layer must be a torch.nn.{torch_cls.__name__}, got {type(layer).__name__}")
     act = layer.activation
-    for name, fn, module in (("relu", F.relu, nn.ReLU), ("gelu", F.gelu, nn.GELU)):
-        if act is fn or isinstance(act, module):
-            return name
-    raise ValueError(f"the layer's activation {act!r} has no counterpart here (relu or gelu)")
+    if not (act in (F.relu, F.gelu) or isinstance(act, (nn.ReLU, nn.GELU))):
+        raise ValueError(f"the layer's activation {act!r} has no counterpart here (relu or gelu)")
 
 
-def _check_masked_mean(x, keep) -> None:
+def _check_masked_mean(x, keep, **_) -> None:
     _checks.tensor("x", x, ndim=3, floating=True)
     if keep is not None:
         _checks.tensor("keep", keep, ndim=2, dtype=torch.bool)

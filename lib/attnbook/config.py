@@ -83,7 +83,9 @@ class TransformerConfig:
     qk_norm: bool = False  # LayerNorm on each head's queries and keys (scaling and practice)
 
     def __post_init__(self):
-        object.__setattr__(self, "d_ff", _check_config_fields(self))  # d_ff: 4 * d_model by default
+        _check_config_fields(self)
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)  # the FFN is four times as wide as the model
 
     def replace(self, **changes) -> TransformerConfig:
         """A copy with some fields changed (``dataclasses.replace``)."""
@@ -113,15 +115,16 @@ class TransformerConfig:
 # --- input checks -----------------------------------------------------------------------------------------
 
 
-def _check_config_fields(config: TransformerConfig) -> int:
-    """The checks of :class:`TransformerConfig`; return d_ff (4 d_model by default)."""
+def _check_config_fields(config: TransformerConfig) -> None:
+    """The checks of :class:`TransformerConfig`."""
     for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
         _checks.positive_int(name, getattr(config, name))
     if config.d_model % config.n_heads:
         raise ValueError(
             f"d_model must be divisible by n_heads, got d_model={config.d_model} and n_heads={config.n_heads}"
         )
-    d_ff = 4 * config.d_model if config.d_ff is None else _checks.positive_int("d_ff", config.d_ff)
+    if config.d_ff is not None:
+        _checks.positive_int("d_ff", config.d_ff)
     if config.n_kv_heads is not None and config.n_heads % _checks.positive_int("n_kv_heads", config.n_kv_heads):
         raise ValueError(
             f"n_heads must be divisible by n_kv_heads, got n_heads={config.n_heads} and n_kv_heads={config.n_kv_heads}"
@@ -139,4 +142,3 @@ def _check_config_fields(config: TransformerConfig) -> int:
     ):
         _checks.choice(name, getattr(config, name), tuple(options))
     _checks.positive_float("eps", config.eps)
-    return d_ff

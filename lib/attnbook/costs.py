@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _checks
+from ._checks import checked_by
 from .models import TransformerConfig
 from .positionwise import MixtureOfExperts
 
@@ -62,6 +63,7 @@ class TransformerFlops:
         return 2 * self.n + 2 * self.n_layers * self.seq_len * self.d_attn
 
 
+@checked_by("_check_transformer_flops")
 def transformer_flops(model: torch.nn.Module, seq_len: int | None = None) -> TransformerFlops:
     """The FLOPs per token of a GPT-like model (:class:`attnbook.models.GPT`) on windows of ``seq_len`` tokens.
 
@@ -75,8 +77,8 @@ def transformer_flops(model: torch.nn.Module, seq_len: int | None = None) -> Tra
 
     Chapter: scaling and practice.
     """
-    seq_len = _check_transformer_flops(model, seq_len)
     config = model.config
+    seq_len = config.block_size if seq_len is None else seq_len
     n = sum(
         m.weight.numel()
         for block in model.blocks
@@ -95,6 +97,7 @@ def transformer_flops(model: torch.nn.Module, seq_len: int | None = None) -> Tra
     )
 
 
+@checked_by("_check_activation_bytes")
 def activation_bytes(
     config, batch_size: int, seq_len: int, *, attention: str = "fused", bytes_per_element: int = 4
 ) -> int:
@@ -119,7 +122,6 @@ def activation_bytes(
 
     Chapter: scaling and practice.
     """
-    _check_activation_bytes(config, batch_size, seq_len, attention, bytes_per_element)
     hidden = {"relu": 1, "gelu": 2}[config.mlp]  # the FFN keeps F numbers with ReLU, 2F with GELU
     D, F, H = config.d_model, config.d_ff, config.n_heads
     elements = 8 * D + hidden * F  # per token, at bytes_per_element
@@ -131,8 +133,8 @@ def activation_bytes(
 # --- input checks -----------------------------------------------------------------------------------------
 
 
-def _check_transformer_flops(model, seq_len) -> int:
-    """A dense GPT-like model; return seq_len (the model's context by default)."""
+def _check_transformer_flops(model, seq_len, **_) -> None:
+    """A dense GPT-like model."""
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "blocks") or not hasattr(model, "config"):
         raise TypeError(
             f"model must be a GPT-like model with .blocks and .config (attnbook.models.GPT), got {type(model).__name__}"
@@ -142,10 +144,11 @@ def _check_transformer_flops(model, seq_len) -> int:
             "model has mixture-of-experts layers, whose FLOPs per token depend on the routing; "
             "transformer_flops counts dense models only"
         )
-    return model.config.block_size if seq_len is None else _checks.positive_int("seq_len", seq_len)
+    if seq_len is not None:
+        _checks.positive_int("seq_len", seq_len)
 
 
-def _check_activation_bytes(config, batch_size, seq_len, attention, bytes_per_element) -> None:
+def _check_activation_bytes(config, batch_size, seq_len, attention, bytes_per_element, **_) -> None:
     """A configuration of the block the formula knows, positive sizes, and a known attention path."""
     if not isinstance(config, TransformerConfig):
         raise TypeError(f"config must be an attnbook.models.TransformerConfig, got {type(config).__name__}")

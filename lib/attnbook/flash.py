@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _checks
+from ._checks import checked_by
 from ._numerics import NEG_INF, work_dtype
 from .attention import causal_mask, check_qkv
 
@@ -45,6 +46,7 @@ __all__ = [
 # --- the online softmax -------------------------------------------------------------------------------
 
 
+@checked_by("_check_online_softmax_update")
 def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""One step of the online softmax: fold a new block of scores ``x`` into the running (m, l).
 
@@ -60,13 +62,13 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> 
 
     Chapter: the cost of attention and flash attention (the online softmax).
     """
-    _check_online_softmax_update(m, l, x)
     m_new = torch.maximum(m, x.amax(dim=-1))  # (...,)
     m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # (...,) a row with nothing yet: subtract 0, not -inf
     l_new = l * torch.exp(m - m_safe) + torch.exp(x - m_safe.unsqueeze(-1)).sum(dim=-1)  # (...,)
     return m_new, l_new
 
 
+@checked_by("_check_online_softmax")
 def online_softmax(x: torch.Tensor, block_size: int = 1) -> torch.Tensor:
     """Softmax over the last dimension, computed by reading ``x`` in blocks of ``block_size`` with
     :func:`online_softmax_update`, then normalising (one pass for the statistics, one for the output).
@@ -77,18 +79,17 @@ def online_softmax(x: torch.Tensor, block_size: int = 1) -> torch.Tensor:
 
     Chapter: the cost of attention and flash attention (the online softmax).
     """
-    _check_online_softmax(x, block_size)
     m = torch.full(x.shape[:-1], NEG_INF, dtype=x.dtype, device=x.device)  # (...,)
     l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)  # (...,)
-    with _checks.trusted():  # the blocks of x need no checks of their own
-        for start in range(0, x.shape[-1], block_size):
-            m, l = online_softmax_update(m, l, x[..., start : start + block_size])
+    for start in range(0, x.shape[-1], block_size):
+        m, l = online_softmax_update(m, l, x[..., start : start + block_size])
     return torch.exp(x - m.unsqueeze(-1)) / l.unsqueeze(-1)  # (..., N)
 
 
 # --- tiled attention ----------------------------------------------------------------------------------
 
 
+@checked_by("_check_flash_inputs")
 def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, block_q=256, block_k=256):
     r"""The forward pass of tiled attention: the output and the log-sum-exp of each query's scores.
 
@@ -105,7 +106,8 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
 
     Chapter: the cost of attention and flash attention (tiled attention).
     """
-    offset, scale = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
+    offset = 0 if offset is None else offset  # top-left aligned, as attention.causal_mask and is_causal=True
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
     work = work_dtype(q.dtype)
@@ -126,7 +128,7 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
             j1 = min(j0 + block_k, t_k)
             s = q_i @ k3[:, j0:j1].transpose(1, 2)  # (B, bq, bk)
             if causal and j1 - 1 > i0 + offset:  # the block crosses the diagonal: mask part of it
-                s = s.masked_fill(~_tile_mask(i0, i1, j0, j1, offset, q.device), NEG_INF)
+                s = s.masked_fill(~causal_mask(i1 - i0, j1 - j0, offset=offset + i0 - j0, device=q.device), NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1))  # (B, bq)
             m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # (B, bq) rows with no allowed key so far
             p = torch.exp(s - m_safe.unsqueeze(-1))  # (B, bq, bk)
@@ -140,6 +142,7 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
     return out.reshape(*batch, t_q, d_v).to(q.dtype), lse.reshape(*batch, t_q)  # (..., Tq, Dv), (..., Tq)
 
 
+@checked_by("_check_flash_backward")
 def flash_attention_backward(
     grad_out, q, k, v, out, lse, *, causal=False, offset=None, scale=None, block_q=256, block_k=256
 ):
@@ -160,7 +163,8 @@ def flash_attention_backward(
 
     Chapter: the cost of attention and flash attention (the backward pass).
     """
-    offset, scale = _check_flash_backward(grad_out, q, k, v, out, lse, causal, offset, scale, block_q, block_k)
+    offset = 0 if offset is None else offset
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
     work = work_dtype(q.dtype)
@@ -186,7 +190,7 @@ def flash_attention_backward(
             q_i = q3[:, i0:i1]  # (B, bq, Dk)
             s = (q_i @ k_j.transpose(1, 2)) * scale  # (B, bq, bk)
             if causal and j1 - 1 > i0 + offset:
-                s = s.masked_fill(~_tile_mask(i0, i1, j0, j1, offset, q.device), NEG_INF)
+                s = s.masked_fill(~causal_mask(i1 - i0, j1 - j0, offset=offset + i0 - j0, device=q.device), NEG_INF)
             p = torch.exp(s - lse3[:, i0:i1].unsqueeze(-1))  # (B, bq, bk) the weights, recomputed
             do_i = do3[:, i0:i1]  # (B, bq, Dv)
             dv_j += p.transpose(1, 2) @ do_i  # (B, bk, Dv)
@@ -197,12 +201,6 @@ def flash_attention_backward(
         dk[:, j0:j1] = dk_j
         dv[:, j0:j1] = dv_j
     return dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype), dv.reshape(v.shape).to(v.dtype)
-
-
-def _tile_mask(i0: int, i1: int, j0: int, j1: int, offset: int, device) -> torch.Tensor:
-    """The causal mask of the tile of queries i0 <= i < i1 and keys j0 <= j < j1: j <= i + offset."""
-    with _checks.trusted():  # tiles are made here, from checked sizes
-        return causal_mask(i1 - i0, j1 - j0, offset=offset + i0 - j0, device=device)  # (bq, bk)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -231,6 +229,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
+@checked_by("_check_flash_inputs")
 def flash_attention(q, k, v, *, causal=False, offset=None, scale=None, block_q=256, block_k=256) -> torch.Tensor:
     r"""Exact attention softmax(q k^T * scale) v, computed in tiles without the Tq x Tk matrix.
 
@@ -253,9 +252,7 @@ def flash_attention(q, k, v, *, causal=False, offset=None, scale=None, block_q=2
 
     Chapter: the cost of attention and flash attention.
     """
-    _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
-    with _checks.trusted():  # the two passes need not check again
-        return FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)  # (..., Tq, Dv)
+    return FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)  # (..., Tq, Dv)
 
 
 # --- the IO model -------------------------------------------------------------------------------------
@@ -319,6 +316,7 @@ def _tiles(n: int, size: int) -> list[tuple[int, int]]:
     return [(size, full)] * (full > 0) + [(rest, 1)] * (rest > 0)
 
 
+@checked_by("_check_memory")
 def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int = 4) -> IOCount:
     r"""Slow-memory traffic of standard attention (Algorithm 0 of the FlashAttention paper) with a fast
     memory of ``capacity`` bytes, for n queries and n keys of width d.
@@ -333,15 +331,14 @@ def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: i
 
     Chapter: the cost of attention and flash attention (the IO model).
     """
-    n, d, capacity, size = _check_memory(capacity, bytes_per_element, n=n, d=d)
-    elements = capacity // size
+    elements = capacity // bytes_per_element
     b = min(n, int(math.sqrt(d * d + elements) - d))  # the largest b with b^2 + 2 b d <= elements
     while b > 0 and b * b + 2 * b * d > elements:  # (correct the floating-point square root either way)
         b -= 1
     while b < n and (b + 1) ** 2 + 2 * (b + 1) * d <= elements:
         b += 1
-    _check_fits("standard attention", b, capacity, d, (2 * d + 1) * size)
-    mem = FastMemory(capacity, bytes_per_element=size)
+    _check_fits("standard attention", b, capacity, d, (2 * d + 1) * bytes_per_element)
+    mem = FastMemory(capacity, bytes_per_element=bytes_per_element)
     for rows, row_tiles in _tiles(n, b):  # 1. S = Q K^T
         mem.load(rows * d, times=row_tiles)  # Q_i
         for cols, col_tiles in _tiles(n, b):
@@ -372,6 +369,7 @@ def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: i
     return mem.count()
 
 
+@checked_by("_check_memory")
 def flash_attention_block_sizes(d: int, capacity: int, *, bytes_per_element: int = 4) -> tuple[int, int]:
     """The tile sizes (B_r queries, B_c keys) that :func:`flash_attention_io` uses.
 
@@ -385,7 +383,6 @@ def flash_attention_block_sizes(d: int, capacity: int, *, bytes_per_element: int
 
     Chapter: the cost of attention and flash attention (the IO model).
     """
-    d, capacity, bytes_per_element = _check_memory(capacity, bytes_per_element, d=d)
     elements = capacity // bytes_per_element
     b_c = max(1, min(d, elements // (8 * d)))
     b_r = (elements - 2 * b_c * d) // (2 * d + 2 + b_c)
@@ -393,6 +390,7 @@ def flash_attention_block_sizes(d: int, capacity: int, *, bytes_per_element: int
     return b_r, b_c
 
 
+@checked_by("_check_memory")
 def flash_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int = 4) -> IOCount:
     r"""Slow-memory traffic of tiled (flash) attention with a fast memory of ``capacity`` bytes.
 
@@ -404,9 +402,8 @@ def flash_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int 
 
     Chapter: the cost of attention and flash attention (the IO model).
     """
-    n, d, capacity, size = _check_memory(capacity, bytes_per_element, n=n, d=d)
-    b_r, b_c = flash_attention_block_sizes(d, capacity, bytes_per_element=size)
-    mem = FastMemory(capacity, bytes_per_element=size)
+    b_r, b_c = flash_attention_block_sizes(d, capacity, bytes_per_element=bytes_per_element)
+    mem = FastMemory(capacity, bytes_per_element=bytes_per_element)
     for rows, row_tiles in _tiles(n, b_r):
         mem.load(rows * d, times=row_tiles)  # Q_i
         mem.hold(rows * d + 2 * rows)  # O_i, m_i, l_i live in fast memory
@@ -420,12 +417,11 @@ def flash_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int 
 
 
 # --- input checks -----------------------------------------------------------------------------------------
-# They return at once in _checks.trusted(): flash_attention checks for its two passes, online_softmax for its blocks.
+# A function names its checks with @checked_by: they run at the boundary only (flash_attention checks for its two
+# passes, online_softmax for its blocks); FastMemory calls its own.
 
 
 def _check_online_softmax_update(m, l, x) -> None:
-    if not _checks.checking():
-        return
     _checks.tensor("x", x, min_ndim=1, floating=True)
     if x.shape[-1] == 0:
         raise ValueError(f"x must hold at least one score per row (n >= 1), got shape {_checks.shape_str(x.shape)}")
@@ -449,39 +445,32 @@ def _check_online_softmax(x, block_size) -> None:
         )
 
 
-def _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k) -> tuple[int, float]:
-    """The checks of the tiled attention functions; return the offset (0 by default: top-left aligned, as
-    ``attention.causal_mask`` and ``is_causal=True``) and the scale (1 / sqrt(Dk) by default)."""
-    if _checks.checking():
-        check_qkv(q, k, v, same_batch=True)
-        _checks.positive_int("block_q", block_q)
-        _checks.positive_int("block_k", block_k)
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be True or False, got {causal!r}")
-        if offset is not None:
-            if not causal:
-                raise ValueError("offset only applies to causal attention: pass causal=True, or drop the offset")
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise TypeError(f"offset must be an integer, got {offset!r}")
-        if scale is not None:
-            scale = _checks.positive_float("scale", scale)
-    return 0 if offset is None else offset, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+def _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k) -> None:
+    check_qkv(q, k, v, same_batch=True)
+    _checks.positive_int("block_q", block_q)
+    _checks.positive_int("block_k", block_k)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    if offset is not None:
+        if not causal:
+            raise ValueError("offset only applies to causal attention: pass causal=True, or drop the offset")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset must be an integer, got {offset!r}")
+    if scale is not None:
+        _checks.positive_float("scale", scale)
 
 
-def _check_flash_backward(grad_out, q, k, v, out, lse, causal, offset, scale, block_q, block_k) -> tuple[int, float]:
+def _check_flash_backward(grad_out, q, k, v, out, lse, causal, offset, scale, block_q, block_k) -> None:
     """The checks of :func:`flash_attention_backward`: those of the forward pass, and the shapes of its results."""
-    offset, scale = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
-    if _checks.checking():
-        *batch, t_q, _ = q.shape
-        shapes = {"grad_out": (*batch, t_q, v.shape[-1]), "out": (*batch, t_q, v.shape[-1]), "lse": (*batch, t_q)}
-        for (name, shape), x in zip(shapes.items(), (grad_out, out, lse)):
-            _checks.tensor(name, x, floating=True)
-            if tuple(x.shape) != shape:
-                raise ValueError(
-                    f"{name} must have shape {_checks.shape_str(shape)} (from q and v), "
-                    f"got {_checks.shape_str(x.shape)}"
-                )
-    return offset, scale
+    _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
+    *batch, t_q, _ = q.shape
+    shapes = {"grad_out": (*batch, t_q, v.shape[-1]), "out": (*batch, t_q, v.shape[-1]), "lse": (*batch, t_q)}
+    for (name, shape), x in zip(shapes.items(), (grad_out, out, lse)):
+        _checks.tensor(name, x, floating=True)
+        if tuple(x.shape) != shape:
+            raise ValueError(
+                f"{name} must have shape {_checks.shape_str(shape)} (from q and v), got {_checks.shape_str(x.shape)}"
+            )
 
 
 def _check_memory(capacity, bytes_per_element, **sizes) -> tuple[int, ...]:

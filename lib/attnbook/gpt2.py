@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import checked_by
 from .models import GPT, TransformerConfig
 
 __all__ = ["config_from_hf", "from_hf"]
@@ -18,6 +19,7 @@ __all__ = ["config_from_hf", "from_hf"]
 _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 
+@checked_by("_check_hf_config")
 def config_from_hf(hf_config) -> TransformerConfig:
     """The :class:`TransformerConfig` of a Hugging Face ``GPT2Config``.
 
@@ -25,7 +27,6 @@ def config_from_hf(hf_config) -> TransformerConfig:
     linear layer but the output one, the tanh approximation of GELU, learned positions, and an output layer
     tied to the token embedding. Options of GPT2Config that change the computation in other ways are refused.
     """
-    _check_hf_config(hf_config)
     return TransformerConfig(
         vocab_size=hf_config.vocab_size,
         block_size=hf_config.n_positions,

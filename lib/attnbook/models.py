@@ -18,10 +18,12 @@ import math
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import nn
+from torch.utils.checkpoint import checkpoint as recompute
 
 from . import _checks
+from ._attention_checks import check_cache
+from ._checks import checked_by
 from .attention import KVCache
 from .blocks import DecoderBlock, EncoderBlock, make_norm
 from .config import INITS, TransformerConfig
@@ -94,12 +96,11 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(EncoderBlock(**config.block_kwargs()) for _ in range(n))
         self.norm_f = _final_norm(config)
 
+    @checked_by("_check_encoder")
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        _check_encoder(self, src, src_mask)
-        with _checks.trusted():  # the layers need not check again
-            x = self.embed(src)  # (B, S, D)
-            for block in self.blocks:
-                x = block(x, src_mask)  # (B, S, D)
+        x = self.embed(src)  # (B, S, D)
+        for block in self.blocks:
+            x = block(x, src_mask)  # (B, S, D)
         return self.norm_f(x)  # (B, S, D)
 
 
@@ -122,17 +123,16 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(DecoderBlock(**config.block_kwargs()) for _ in range(config.n_layers))
         _add_output_layers(self, config)
 
+    @checked_by("_check_decoder")
     def forward(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask=None, *, return_weights: bool = False):
-        _check_decoder(self, tgt, memory, memory_mask)
+        x = self.embed(tgt)  # (B, T, D)
         cross = []
-        with _checks.trusted():  # the layers need not check again
-            x = self.embed(tgt)  # (B, T, D)
-            for block in self.blocks:
-                if return_weights:
-                    x, (_, w) = block(x, memory, memory_mask=memory_mask, return_weights=True)
-                    cross.append(w)  # (B, H, T, S)
-                else:
-                    x = block(x, memory, memory_mask=memory_mask)  # (B, T, D)
+        for block in self.blocks:
+            if return_weights:
+                x, (_, w) = block(x, memory, memory_mask=memory_mask, return_weights=True)
+                cross.append(w)  # (B, H, T, S)
+            else:
+                x = block(x, memory, memory_mask=memory_mask)  # (B, T, D)
         logits = self.lm_head(self.norm_f(x))  # (B, T, V)
         return (logits, cross) if return_weights else logits
 
@@ -156,12 +156,12 @@ class EncoderDecoder(nn.Module):
         self.decoder = Decoder(config)
         INITS[config.init](self, config.n_layers)
 
+    @checked_by("_check_encoder_decoder")
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        _check_encoder_decoder(self, src, tgt, src_mask)
-        with _checks.trusted():  # the encoder and the decoder need not check again
-            return self.decoder(tgt, self.encoder(src, src_mask), src_mask)  # (B, T, V)
+        return self.decoder(tgt, self.encoder(src, src_mask), src_mask)  # (B, T, V)
 
     @torch.no_grad()
+    @checked_by("_check_greedy_decode")
     def greedy_decode(
         self, src: torch.Tensor, *, bos: int, eos: int, max_len: int, src_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -170,20 +170,18 @@ class EncoderDecoder(nn.Module):
         Returns (B, L) ids without the begin token, L <= max_len; after a sequence's end token, the rest of
         its row is filled with ``eos``.
         """
-        _check_greedy_decode(self, src, src_mask, bos, eos, max_len)
         was_training = self.training
         self.eval()
-        with _checks.trusted():  # every step's tokens are the model's own: no checks
-            memory = self.encoder(src, src_mask)  # (B, S, D)
-            ys = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)  # (B, 1)
-            done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-            for _ in range(min(max_len, self.config.block_size)):
-                logits = self.decoder(ys, memory, src_mask)[:, -1]  # (B, V)
-                nxt = logits.argmax(dim=-1).masked_fill(done, eos)  # (B,)
-                ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
-                done |= nxt == eos
-                if bool(done.all()):  # one host synchronisation per generated token
-                    break
+        memory = self.encoder(src, src_mask)  # (B, S, D)
+        ys = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)  # (B, 1)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        for _ in range(min(max_len, self.config.block_size)):
+            logits = self.decoder(ys, memory, src_mask)[:, -1]  # (B, V)
+            nxt = logits.argmax(dim=-1).masked_fill(done, eos)  # (B,)
+            ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
+            done |= nxt == eos
+            if bool(done.all()):  # one host synchronisation per generated token
+                break
         self.train(was_training)
         return ys[:, 1:]
 
@@ -210,6 +208,7 @@ class GPT(nn.Module):
         _add_output_layers(self, config)
         INITS[config.init](self, config.n_layers)
 
+    @checked_by("_check_gpt")
     def forward(
         self, idx: torch.Tensor, *, return_weights: bool = False, caches: list | None = None, checkpoint: bool = False
     ):
@@ -219,19 +218,18 @@ class GPT(nn.Module):
         ``checkpoint=True`` runs each block under ``torch.utils.checkpoint``: the forward pass keeps only
         the blocks' inputs, and the backward pass recomputes each block's activations (activation
         checkpointing, chapter on scaling and practice). It is for training; it changes nothing else."""
-        offset = _check_gpt(self, idx, caches)  # the positions the caches hold already (0 without)
+        offset = 0 if caches is None else caches[0].length  # the new tokens follow those cached
+        x = self.embed(idx, offset)  # (B, T, D)
         weights = []
-        with _checks.trusted():  # the layers need not check again
-            x = self.embed(idx, offset)  # (B, T, D)
-            for i, block in enumerate(self.blocks):
-                cache = None if caches is None else caches[i]
-                if return_weights:
-                    x, w = block(x, is_causal=True, return_weights=True, cache=cache)
-                    weights.append(w)  # (B, H, T, T)
-                elif checkpoint and caches is None and torch.is_grad_enabled():
-                    x = torch.utils.checkpoint.checkpoint(block, x, is_causal=True, use_reentrant=False)  # (B, T, D)
-                else:
-                    x = block(x, is_causal=True, cache=cache)  # (B, T, D)
+        for i, block in enumerate(self.blocks):
+            cache = None if caches is None else caches[i]
+            if return_weights:
+                x, w = block(x, is_causal=True, return_weights=True, cache=cache)
+                weights.append(w)  # (B, H, T, T)
+            elif checkpoint and caches is None and torch.is_grad_enabled():
+                x = recompute(block, x, is_causal=True, use_reentrant=False)  # (B, T, D), recomputed in backward
+            else:
+                x = block(x, is_causal=True, cache=cache)  # (B, T, D)
         logits = self.lm_head(self.norm_f(x))  # (B, T, V)
         return (logits, weights) if return_weights else logits
 
@@ -258,6 +256,7 @@ class GPT(nn.Module):
         return from_hf(source, n_heads=n_heads, eps=eps, cls=cls)
 
     @torch.no_grad()
+    @checked_by("_check_generate")
     def generate(
         self,
         idx: torch.Tensor,
@@ -276,40 +275,41 @@ class GPT(nn.Module):
         computes only the newest position; once the context is full it falls back to recomputing the
         cropped context, so the tokens are the same as without the cache.
         """
-        idx, temperature, top_k = _check_generate(self, idx, max_new_tokens, temperature, top_k)
+        idx = idx.unsqueeze(0) if idx.dim() == 1 else idx  # (B, T): a (T,) sequence is a batch of one
+        top_k = None if top_k is None else min(top_k, self.config.vocab_size)
         was_training = self.training
         self.eval()
         T_max, caches = self.config.block_size, None
-        with _checks.trusted():  # the tokens are checked, and the new ones are the model's own
-            for _ in range(max_new_tokens):
-                if not use_cache:
-                    logits = self(idx[:, -T_max:])[:, -1, :]  # (B, V): the context cropped to block_size
-                elif caches is None or caches[0].length >= T_max:  # (re)fill the cache
-                    caches = self.new_caches()
-                    logits = self(idx[:, -T_max:], caches=caches)[:, -1, :]  # (B, V)
-                else:
-                    logits = self(idx[:, -1:], caches=caches)[:, -1, :]  # (B, V): only the newest token
-                if temperature == 0:
-                    nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-                else:
-                    logits = logits / temperature
-                    if top_k is not None:
-                        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-                        logits = logits.masked_fill(logits < kth, float("-inf"))
-                    probs = torch.softmax(logits, dim=-1)  # (B, V)
-                    nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-                idx = torch.cat([idx, nxt], dim=1)  # (B, T + 1)
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits = self(idx[:, -T_max:])[:, -1, :]  # (B, V): the context cropped to block_size
+            elif caches is None or caches[0].length >= T_max:  # (re)fill the cache
+                caches = self.new_caches()
+                logits = self(idx[:, -T_max:], caches=caches)[:, -1, :]  # (B, V)
+            else:
+                logits = self(idx[:, -1:], caches=caches)[:, -1, :]  # (B, V): only the newest token
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, dim=-1)  # (B, V)
+                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            idx = torch.cat([idx, nxt], dim=1)  # (B, T + 1)
         self.train(was_training)
         return idx
 
 
+@checked_by("_check_lm_loss")
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100) -> torch.Tensor:
     """Mean cross-entropy over every position: logits (B, T, V), targets (B, T) -> scalar (nats per token)."""
-    _check_lm_loss(logits, targets, ignore_index)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
 
 
 @torch.no_grad()
+@checked_by("_check_lm_loss_sum")
 def lm_loss_sum(
     model: nn.Module,
     ids: torch.Tensor,
@@ -327,7 +327,7 @@ def lm_loss_sum(
     Shapes:
         ids: (N,) token ids
     """
-    block_size = _check_lm_loss_sum(model, ids, block_size, batch_size)
+    block_size = model.config.block_size if block_size is None else block_size
     rank, world_size = shard
     device = next(model.parameters()).device
     starts = list(range(0, ids.numel() - 1, block_size))[rank::world_size]
@@ -336,17 +336,16 @@ def lm_loss_sum(
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    with _checks.trusted():  # the windows are slices of the checked ids
-        for i in range(0, len(full), batch_size):
-            windows = ids[torch.tensor(full[i : i + batch_size])[:, None] + offsets].to(device)  # (b, T + 1)
-            logits = model(windows[:, :-1])  # (b, T, V)
-            total += F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
-            count += windows.shape[0] * block_size
-        for s in starts[len(full) :]:  # the last, shorter window
-            window = ids[s:].unsqueeze(0).to(device)  # (1, t + 1)
-            logits = model(window[:, :-1])  # (1, t, V)
-            total += F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten(), reduction="sum").item()
-            count += window.shape[1] - 1
+    for i in range(0, len(full), batch_size):  # the model's checks are skipped: the windows come from checked ids
+        windows = ids[torch.tensor(full[i : i + batch_size])[:, None] + offsets].to(device)  # (b, T + 1)
+        logits = model(windows[:, :-1])  # (b, T, V)
+        total += F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
+        count += windows.shape[0] * block_size
+    for s in starts[len(full) :]:  # the last, shorter window
+        window = ids[s:].unsqueeze(0).to(device)  # (1, t + 1)
+        logits = model(window[:, :-1])  # (1, t, V)
+        total += F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten(), reduction="sum").item()
+        count += window.shape[1] - 1
     model.train(was_training)
     return total, count
 
@@ -364,7 +363,8 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, *, block_size: int | None =
 
 
 # --- input checks -----------------------------------------------------------------------------------------
-# A model's forward checks its arguments; its layers run inside _checks.trusted() and skip their own checks.
+# A forward names its checks with @checked_by: they run at the boundary only, so that the layers inside a model
+# do not check again what the model checked; a constructor calls its own.
 
 
 def _check_config(config) -> TransformerConfig:
@@ -395,76 +395,66 @@ def _check_mask(config: TransformerConfig, name: str, mask, ids: torch.Tensor, t
         _checks.attention_mask(name, mask, (ids.shape[0], config.n_heads, ids.shape[1], t_k), device=ids.device)
 
 
-def _check_encoder(model: Encoder, src, src_mask) -> None:
-    if _checks.checking():
-        _check_ids("src", src, model.vocab_size, model.config.block_size)
-        _check_mask(model.config, "src_mask", src_mask, src, src.shape[1])
+def _check_encoder(self, src, src_mask, **_) -> None:
+    _check_ids("src", src, self.vocab_size, self.config.block_size)
+    _check_mask(self.config, "src_mask", src_mask, src, src.shape[1])
 
 
-def _check_decoder(model: Decoder, tgt, memory, memory_mask) -> None:
-    if _checks.checking():
-        _check_ids("tgt", tgt, model.config.vocab_size, model.config.block_size)
-        _checks.sequence("memory", memory, model.config.d_model, module=model)
-        _checks.same_size("batch size B", slice(0, 1), ("tgt", tgt), ("memory", memory))
-        _check_mask(model.config, "memory_mask", memory_mask, tgt, memory.shape[1])
+def _check_decoder(self, tgt, memory, memory_mask, **_) -> None:
+    _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+    _checks.sequence("memory", memory, self.config.d_model, module=self)
+    _checks.same_size("batch size B", slice(0, 1), ("tgt", tgt), ("memory", memory))
+    _check_mask(self.config, "memory_mask", memory_mask, tgt, memory.shape[1])
 
 
-def _check_encoder_decoder(model: EncoderDecoder, src, tgt, src_mask) -> None:
-    if _checks.checking():
-        _check_ids("src", src, model.encoder.vocab_size, model.config.block_size)
-        _check_ids("tgt", tgt, model.config.vocab_size, model.config.block_size)
-        _checks.same_size("batch size B", slice(0, 1), ("src", src), ("tgt", tgt))
-        _check_mask(model.config, "src_mask", src_mask, src, src.shape[1])  # the encoder's self-attention
-        _check_mask(model.config, "src_mask", src_mask, tgt, src.shape[1])  # the decoder's cross-attention
+def _check_encoder_decoder(self, src, tgt, src_mask, **_) -> None:
+    _check_ids("src", src, self.encoder.vocab_size, self.config.block_size)
+    _check_ids("tgt", tgt, self.config.vocab_size, self.config.block_size)
+    _checks.same_size("batch size B", slice(0, 1), ("src", src), ("tgt", tgt))
+    _check_mask(self.config, "src_mask", src_mask, src, src.shape[1])  # the encoder's self-attention
+    _check_mask(self.config, "src_mask", src_mask, tgt, src.shape[1])  # the decoder's cross-attention
 
 
-def _check_greedy_decode(model: EncoderDecoder, src, src_mask, bos, eos, max_len) -> None:
+def _check_greedy_decode(self, src, bos, eos, max_len, src_mask, **_) -> None:
     _checks.positive_int("max_len", max_len)
-    _check_ids("src", src, model.encoder.vocab_size, model.config.block_size)
+    _check_ids("src", src, self.encoder.vocab_size, self.config.block_size)
     for name, token in (("bos", bos), ("eos", eos)):
-        if _checks.positive_int(name, token, minimum=0) >= model.config.vocab_size:
-            raise ValueError(f"{name} must be a token id in [0, {model.config.vocab_size}), got {token}")
-    _check_mask(model.config, "src_mask", src_mask, src, src.shape[1])  # the encoder's self-attention
-    _check_mask(model.config, "src_mask", src_mask, src[:, :1], src.shape[1])  # the decoder's, one query a step
+        if _checks.positive_int(name, token, minimum=0) >= self.config.vocab_size:
+            raise ValueError(f"{name} must be a token id in [0, {self.config.vocab_size}), got {token}")
+    _check_mask(self.config, "src_mask", src_mask, src, src.shape[1])  # the encoder's self-attention
+    _check_mask(self.config, "src_mask", src_mask, src[:, :1], src.shape[1])  # the decoder's, one query a step
 
 
-def _check_gpt(model: GPT, idx, caches) -> int:
-    """The checks of :meth:`GPT.forward`; return the offset of the new tokens (the positions cached)."""
-    if not _checks.checking():
-        return 0 if caches is None else caches[0].length
-    _check_ids("idx", idx, model.config.vocab_size, model.config.block_size)
+def _check_gpt(self, idx, caches, **_) -> None:
+    _check_ids("idx", idx, self.config.vocab_size, self.config.block_size)
     if caches is None:
-        return 0
-    if not isinstance(caches, (list, tuple)) or len(caches) != len(model.blocks):
+        return
+    if not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks):
         raise ValueError(
-            f"caches must be a list of {len(model.blocks)} KVCache (one per layer), "
+            f"caches must be a list of {len(self.blocks)} KVCache (one per layer), "
             f"got {type(caches).__name__} of length {len(caches) if hasattr(caches, '__len__') else '?'}"
         )
-    for i, cache in enumerate(caches):
-        _checks.instance(f"caches[{i}]", cache, KVCache, "an attnbook.attention.KVCache")
-    offset = caches[0].length
-    if offset + idx.shape[1] > model.config.block_size:
+    for i, (cache, block) in enumerate(zip(caches, self.blocks)):
+        check_cache(f"caches[{i}]", cache, block.self_attn, idx.shape[0])
+    if caches[0].length + idx.shape[1] > self.config.block_size:
         raise ValueError(
-            f"the cache holds {offset} positions and idx adds {idx.shape[1]}: more than "
-            f"block_size={model.config.block_size}"
+            f"the cache holds {caches[0].length} positions and idx adds {idx.shape[1]}: more than "
+            f"block_size={self.config.block_size}"
         )
-    return offset
 
 
-def _check_generate(model: GPT, idx, max_new_tokens, temperature, top_k) -> tuple[torch.Tensor, float, int | None]:
-    """The checks of :meth:`GPT.generate`; return idx (B, T) (a batch of one for (T,)), the temperature, top_k."""
+def _check_generate(self, idx, max_new_tokens, temperature, top_k, **_) -> None:
     if isinstance(idx, torch.Tensor) and idx.dim() == 1:
         idx = idx.unsqueeze(0)  # (1, T)
     _checks.tensor("idx", idx, ndim=2)
-    _check_ids("idx", idx[:, -model.config.block_size :], model.config.vocab_size, model.config.block_size)
+    _check_ids("idx", idx[:, -self.config.block_size :], self.config.vocab_size, self.config.block_size)
     _checks.positive_int("max_new_tokens", max_new_tokens, minimum=0)
-    temperature = _checks.positive_float("temperature", temperature, allow_zero=True)
+    _checks.positive_float("temperature", temperature, allow_zero=True)
     if top_k is not None:
-        top_k = min(_checks.positive_int("top_k", top_k), model.config.vocab_size)
-    return idx, temperature, top_k
+        _checks.positive_int("top_k", top_k)
 
 
-def _check_lm_loss(logits, targets, ignore_index) -> None:
+def _check_lm_loss(logits, targets, ignore_index, **_) -> None:
     _checks.tensor("logits", logits, ndim=3, floating=True)
     _checks.tensor("targets", targets, ndim=2)
     if logits.shape[:2] != targets.shape:
@@ -475,18 +465,15 @@ def _check_lm_loss(logits, targets, ignore_index) -> None:
     _checks.token_ids("targets", targets, logits.shape[-1], ignore_index=ignore_index)
 
 
-def _check_lm_loss_sum(model, ids, block_size, batch_size) -> int:
-    """The checks of :func:`lm_loss_sum`; return the window length (the model's block_size by default)."""
+def _check_lm_loss_sum(model, ids, block_size, batch_size, **_) -> None:
     if not isinstance(model, nn.Module) or not isinstance(getattr(model, "config", None), TransformerConfig):
         raise TypeError(f"model must be a language model of attnbook.models (e.g. GPT), got {type(model).__name__}")
     _checks.tensor("ids", ids, ndim=1)
     _checks.token_ids("ids", ids, model.config.vocab_size)
-    block_size = model.config.block_size if block_size is None else _checks.positive_int("block_size", block_size)
-    if block_size > model.config.block_size:
+    if block_size is not None and _checks.positive_int("block_size", block_size) > model.config.block_size:
         raise ValueError(
             f"block_size must be at most the model's block_size={model.config.block_size}, got {block_size}"
         )
     _checks.positive_int("batch_size", batch_size)
     if ids.numel() < 2:
         raise ValueError(f"ids must hold at least 2 tokens to predict one, got {ids.numel()}")
-    return block_size

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from . import _checks
+from ._checks import checked_by
 
 __all__ = [
     "frequencies",
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 
+@checked_by("_check_frequencies")
 def frequencies(d_model: int, *, base: float = 10000.0, device=None) -> torch.Tensor:
     """The angular frequencies w_i = base^(-2i / d_model) for i = 0, ..., d_model/2 - 1 (float64).
 
@@ -54,11 +56,11 @@ def frequencies(d_model: int, *, base: float = 10000.0, device=None) -> torch.Te
 
     Chapter: self-attention and positional encoding.
     """
-    base = _check_frequencies(d_model, base)
     i = torch.arange(d_model // 2, dtype=torch.float64, device=device)  # (D/2,)
-    return base ** (-2.0 * i / d_model)  # (D/2,)
+    return float(base) ** (-2.0 * i / d_model)  # (D/2,)
 
 
+@checked_by("_check_angles")
 def angles(positions, d_model: int, *, base: float = 10000.0) -> torch.Tensor:
     """The angles pos * w_i of every position and frequency (float64).
 
@@ -68,11 +70,12 @@ def angles(positions, d_model: int, *, base: float = 10000.0) -> torch.Tensor:
 
     Chapter: self-attention and positional encoding (rotary embeddings reuse these angles).
     """
-    positions = _check_positions(positions)
+    positions = torch.arange(positions) if isinstance(positions, int) else torch.as_tensor(positions)  # (...,)
     w = frequencies(d_model, base=base, device=positions.device)  # (D/2,)
     return positions.to(torch.float64).unsqueeze(-1) * w  # (..., D/2)
 
 
+@checked_by("_check_sinusoidal")
 def sinusoidal(
     n_positions: int,
     d_model: int,
@@ -93,12 +96,12 @@ def sinusoidal(
 
     Chapter: self-attention and positional encoding.
     """
-    _check_sinusoidal(n_positions, offset)
     theta = angles(torch.arange(offset, offset + n_positions), d_model, base=base)  # (T, D/2)
     pe = torch.stack([theta.sin(), theta.cos()], dim=-1)  # (T, D/2, 2): (sin, cos) per frequency
     return pe.flatten(-2).to(dtype).to(device)  # (T, D): sin, cos, sin, cos, ...
 
 
+@checked_by("_check_grid")
 def sinusoidal_2d(
     height: int, width: int, d_model: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32, device=None
 ) -> torch.Tensor:
@@ -113,7 +116,6 @@ def sinusoidal_2d(
 
     Chapter: self-attention and positional encoding; used by the vision transformer.
     """
-    _check_grid(height, width, d_model)
     rows = sinusoidal(height, d_model // 2, base=base, dtype=torch.float64)  # (Hg, D/2)
     cols = sinusoidal(width, d_model // 2, base=base, dtype=torch.float64)  # (Wg, D/2)
     grid = torch.cat(
@@ -141,17 +143,17 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal(max_len, d_model, base=base), persistent=False)  # (max_len, D)
 
+    @checked_by("_check_encoding")
     def encoding(self, n_positions: int, offset: int = 0) -> torch.Tensor:
         """PE for positions offset, ..., offset + n_positions - 1, shape (n_positions, D)."""
-        _check_offset(offset)
         if offset + n_positions <= self.max_len:
             return self.pe[offset : offset + n_positions]  # (T, D)
         return sinusoidal(
             n_positions, self.d_model, base=self.base, offset=offset, dtype=self.pe.dtype, device=self.pe.device
         )  # (T, D)
 
+    @checked_by("_check_input")
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
-        _check_input(self, x)
         return self.dropout(x + self.encoding(x.shape[-2], offset).to(x.dtype))  # (..., T, D)
 
     def extra_repr(self) -> str:
@@ -177,13 +179,13 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * init_std)
         self.dropout = nn.Dropout(dropout)
 
+    @checked_by("_check_learned_range")
     def encoding(self, n_positions: int, offset: int = 0) -> torch.Tensor:
         """The learned vectors of positions offset, ..., offset + n_positions - 1, shape (n_positions, D)."""
-        _check_learned_range(self, n_positions, offset)
         return self.weight[offset : offset + n_positions]  # (T, D)
 
+    @checked_by("_check_input")
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
-        _check_input(self, x)
         return self.dropout(x + self.encoding(x.shape[-2], offset))  # (..., T, D)
 
     def extra_repr(self) -> str:
@@ -208,14 +210,15 @@ class SinusoidalPositionalEncoding2D(nn.Module):
         self.d_model, self.height, self.width = d_model, height, width
         self.register_buffer("pe", sinusoidal_2d(height, width, d_model, base=base), persistent=False)  # (N, D)
 
+    @checked_by("_check_input")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_input(self, x, tokens=self.height * self.width)
         return x + self.pe.to(x.dtype)  # (..., N, D)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, height={self.height}, width={self.width}"
 
 
+@checked_by("_check_rope")
 def apply_rope(x: torch.Tensor, *, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
     r"""Rotary position embedding (RoPE): rotate each pair (2i, 2i+1) of x at position p by the angle p * w_i.
 
@@ -230,7 +233,6 @@ def apply_rope(x: torch.Tensor, *, offset: int = 0, base: float = 10000.0) -> to
 
     Chapter: modern tweaks (RoPE).
     """
-    _check_rope(x, offset)
     T = x.shape[-2]
     theta = angles(torch.arange(offset, offset + T, device=x.device), x.shape[-1], base=base)  # (T, Dh/2)
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (T, Dh/2) each
@@ -297,8 +299,8 @@ POSITIONALS: dict[str, Callable[[int, int], nn.Module]] = {
 
 
 # --- input checks -----------------------------------------------------------------------------------------
-# The checks of a call return at once inside _checks.trusted() (a layer or a model has checked its input);
-# a constructor's always run.
+# A function or forward names its checks with @checked_by: they run at the boundary only (a model checks for
+# the tables it adds, an attention layer for RoPE); a constructor calls its own.
 
 
 def _check_even(name: str, d: int, multiple: int = 2) -> int:
@@ -311,42 +313,43 @@ def _check_even(name: str, d: int, multiple: int = 2) -> int:
     return d
 
 
-def _check_offset(offset) -> int:
-    if _checks.checking() and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 0):
+def _check_offset(offset) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be a non-negative integer (the position of the first token), got {offset!r}")
-    return offset
 
 
-def _check_frequencies(d_model, base) -> float:
-    """The checks of :func:`frequencies`; return the base as a float."""
-    if not _checks.checking():
-        return base
+def _check_frequencies(d_model, base, **_) -> None:
     _check_even("d_model", d_model)
-    return _checks.positive_float("base", base)
+    _checks.positive_float("base", base)
 
 
-def _check_positions(positions) -> torch.Tensor:
-    """The positions of :func:`angles` as a tensor (an int n: 0, ..., n - 1)."""
-    if isinstance(positions, int) and not isinstance(positions, bool):
-        positions = torch.arange(_checks.positive_int("positions", positions))
-    try:
-        positions = torch.as_tensor(positions)
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"positions must be a tensor or list of integer or real positions, got {positions!r}") from None
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must be integers or real numbers, got dtype {positions.dtype}")
-    return positions
+def _check_angles(positions, d_model, base, **_) -> None:
+    """Positions: an int n (for 0, ..., n - 1), or a tensor or list of integer or real positions."""
+    if isinstance(positions, bool) or not isinstance(positions, int):
+        try:
+            positions = torch.as_tensor(positions)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"positions must be a tensor or list of integer or real positions, got {positions!r}"
+            ) from None
+        if positions.dtype == torch.bool or positions.is_complex():
+            raise TypeError(f"positions must be integers or real numbers, got dtype {positions.dtype}")
+    else:
+        _checks.positive_int("positions", positions)
+    _check_frequencies(d_model, base)
 
 
-def _check_sinusoidal(n_positions, offset) -> None:
+def _check_sinusoidal(n_positions, d_model, base, offset, **_) -> None:
     _checks.positive_int("n_positions", n_positions)
     _check_offset(offset)
+    _check_frequencies(d_model, base)
 
 
-def _check_grid(height, width, d_model) -> None:
+def _check_grid(height, width, d_model, base, **_) -> None:
     _checks.positive_int("height", height)
     _checks.positive_int("width", width)
     _check_even("d_model", d_model, multiple=4)
+    _checks.positive_float("base", base)
 
 
 def _check_table(d_model, max_len, base, dropout) -> tuple[int, int, float, float]:
@@ -369,33 +372,40 @@ def _check_learned(d_model, max_len, init_std, dropout) -> tuple[int, int, float
     )
 
 
-def _check_learned_range(table: LearnedPositionalEmbedding, n_positions: int, offset) -> None:
-    if _checks.checking() and _check_offset(offset) + n_positions > table.max_len:
+def _check_encoding(self, n_positions, offset, **_) -> None:
+    _checks.positive_int("n_positions", n_positions, minimum=0)
+    _check_offset(offset)
+
+
+def _check_learned_range(self, n_positions, offset, **_) -> None:
+    _check_encoding(self, n_positions, offset)
+    if offset + n_positions > self.max_len:
         raise ValueError(
-            f"a learned positional embedding has vectors for positions 0 to {table.max_len - 1} only "
-            f"(max_len={table.max_len}); got {n_positions} positions starting at offset {offset}"
+            f"a learned positional embedding has vectors for positions 0 to {self.max_len - 1} only "
+            f"(max_len={self.max_len}); got {n_positions} positions starting at offset {offset}"
         )
 
 
-def _check_input(module: nn.Module, x, tokens: int | None = None) -> None:
-    """x (..., T, d_model) for a module that adds positions (with ``tokens`` positions, if it has that many)."""
-    if not _checks.checking():
-        return
+def _check_input(self, x, offset=0, **_) -> None:
+    """x (..., T, d_model) for a module that adds positions (height * width tokens for the 2D one)."""
     _checks.tensor("x", x, min_ndim=2, floating=True)
-    if x.shape[-1] != module.d_model:
+    if x.shape[-1] != self.d_model:
         raise ValueError(
-            f"x must have width d_model={module.d_model} in its last dimension, got shape {_checks.shape_str(x.shape)}"
+            f"x must have width d_model={self.d_model} in its last dimension, got shape {_checks.shape_str(x.shape)}"
         )
-    if tokens is not None and x.shape[-2] != tokens:
+    if isinstance(self, SinusoidalPositionalEncoding2D) and x.shape[-2] != self.height * self.width:
         raise ValueError(
-            f"x must have height * width = {module.height} * {module.width} = {tokens} tokens in "
+            f"x must have height * width = {self.height} * {self.width} = {self.height * self.width} tokens in "
             f"dimension -2, got shape {_checks.shape_str(x.shape)}"
         )
-    _checks.like("x", x, module)  # the learned table's dtype and device (the sinusoidal ones have no parameters)
+    _checks.like("x", x, self)  # the learned table's dtype and device (the sinusoidal ones have no parameters)
+    _check_offset(offset)
+    if isinstance(self, LearnedPositionalEmbedding):
+        _check_learned_range(self, x.shape[-2], offset)
 
 
-def _check_rope(x, offset) -> None:
-    if _checks.checking():
-        _checks.tensor("x", x, min_ndim=2, floating=True)
-        _check_even("x.shape[-1]", x.shape[-1])
-        _check_offset(offset)
+def _check_rope(x, offset, base, **_) -> None:
+    _checks.tensor("x", x, min_ndim=2, floating=True)
+    _check_even("x.shape[-1]", x.shape[-1])
+    _check_offset(offset)
+    _checks.positive_float("base", base)

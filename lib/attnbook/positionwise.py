@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _checks
+from ._checks import checked_by
 from ._numerics import work_dtype
 
 __all__ = [
@@ -47,6 +48,7 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+@checked_by("_check_make_norm")
 def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> nn.Module:
     """The normalisation layer named ``kind`` (a key of ``NORMS``) for vectors of width ``d_model``.
 
@@ -55,8 +57,7 @@ def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) 
 
     Chapter: the transformer block (LayerNorm); modern tweaks (RMSNorm).
     """
-    eps = _check_make_norm(kind, d_model, eps)
-    return NORMS[kind](d_model, eps=eps, bias=bias)
+    return NORMS[kind](d_model, eps=float(eps), bias=bias)
 
 
 class FeedForward(nn.Module):
@@ -79,8 +80,8 @@ class FeedForward(nn.Module):
         self.W_2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(_check_dropout(dropout))
 
+    @checked_by("_check_features")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_features(self, x, self.W_1.in_features)
         h = _ACTIVATIONS[self.activation](self.W_1(x))  # (..., F)
         return self.W_2(self.dropout(h))  # (..., D)
 
@@ -116,8 +117,8 @@ class ConvFeedForward(nn.Module):
                 layer.bias = linear.bias
         return conv
 
+    @checked_by("_check_sequence")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_sequence(self, x, self.conv_1.in_channels)
         h = x.transpose(1, 2)  # (B, D, T): Conv1d wants channels first
         h = _ACTIVATIONS[self.activation](self.conv_1(h))  # (B, F, T)
         return self.conv_2(h).transpose(1, 2)  # (B, T, D)
@@ -129,13 +130,13 @@ MLPS: dict[str, Callable[..., nn.Module]] = {
 }
 
 
+@checked_by("_check_make_mlp")
 def make_mlp(kind: str, d_model: int, d_ff: int, *, dropout: float = 0.0, bias: bool = True) -> nn.Module:
     """The position-wise network named ``kind`` (a key of ``MLPS``): D -> F -> D.
 
     Chapter: the transformer block (ReLU, GELU); modern tweaks (SwiGLU, mixture of experts).
     """
-    dropout = _check_make_mlp(kind, dropout)
-    return MLPS[kind](d_model, d_ff, dropout=dropout, bias=bias)
+    return MLPS[kind](d_model, d_ff, dropout=float(dropout), bias=bias)
 
 
 # --- Modern tweaks: RMSNorm, SwiGLU, mixture of experts ----------------------------------------------------
@@ -159,8 +160,8 @@ class RMSNorm(nn.Module):
         self.d_model, self.eps = _check_rmsnorm(d_model, eps)
         self.weight = nn.Parameter(torch.ones(d_model))
 
+    @checked_by("_check_features")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_features(self, x, self.d_model)
         h = x.to(work_dtype(x.dtype))  # half precision: the square would overflow, so compute in float32
         inv_rms = torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
         return (h * inv_rms * self.weight).to(x.dtype)  # (..., D)
@@ -190,8 +191,8 @@ class SwiGLU(nn.Module):
         self.W_3 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(_check_dropout(dropout))
 
+    @checked_by("_check_features")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_features(self, x, self.W_1.in_features)
         h = F.silu(self.W_1(x)) * self.W_2(x)  # (..., F)
         return self.W_3(self.dropout(h))  # (..., D)
 
@@ -236,18 +237,17 @@ class MixtureOfExperts(nn.Module):
         self.last_aux_loss: torch.Tensor | None = None
         self.last_counts: torch.Tensor | None = None
 
+    @checked_by("_check_features")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_features(self, x, self.router.in_features)
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # (N, D), N = all positions
         probs = torch.softmax(self.router(tokens), dim=-1)  # (N, E)
         gate, chosen = probs.topk(self.top_k, dim=-1)  # (N, A), (N, A)
         out = torch.zeros_like(tokens)  # (N, D)
-        with _checks.trusted():  # the experts need not check the tokens again
-            for e, expert in enumerate(self.experts):
-                rows, slot = torch.nonzero(chosen == e, as_tuple=True)  # the tokens routed to e, and in which slot
-                if rows.numel():
-                    out.index_add_(0, rows, gate[rows, slot, None] * expert(tokens[rows]))  # (n_e, D) into (N, D)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.nonzero(chosen == e, as_tuple=True)  # the tokens routed to e, and in which slot
+            if rows.numel():
+                out.index_add_(0, rows, gate[rows, slot, None] * expert(tokens[rows]))  # (n_e, D) into (N, D)
         counts = torch.bincount(chosen.flatten(), minlength=self.n_experts)  # (E,)
         f = counts.to(probs.dtype) / chosen.numel()  # (E,): share of assignments
         self.last_aux_loss = self.n_experts * (f * probs.mean(dim=0)).sum()
@@ -270,9 +270,9 @@ def register_moe(n_experts: int, top_k: int, *, expert: str = "relu") -> str:
     return name
 
 
+@checked_by("_check_model")
 def moe_aux_loss(model: nn.Module) -> torch.Tensor:
     """The sum of the load-balancing losses of every :class:`MixtureOfExperts` in ``model`` (0 if none ran)."""
-    _check_model(model)
     losses = [
         m.last_aux_loss for m in model.modules() if isinstance(m, MixtureOfExperts) and m.last_aux_loss is not None
     ]
@@ -287,7 +287,8 @@ MLPS["moe"] = lambda d_model, d_ff, *, dropout, bias: MixtureOfExperts(
 
 
 # --- input checks -----------------------------------------------------------------------------------------
-# The checks of a forward return at once inside _checks.trusted() (a block has checked x); a constructor's always run.
+# A function or forward names its checks with @checked_by: they run at the boundary only (a block checks for its
+# FFN); a constructor calls its own.
 
 
 def _check_dropout(value) -> float:
@@ -308,15 +309,15 @@ def _check_ffn(d_model, d_ff, activation) -> str:
     return _checks.choice("activation", activation, tuple(_ACTIVATIONS))
 
 
-def _check_make_norm(kind, d_model, eps) -> float:
+def _check_make_norm(kind, d_model, eps, **_) -> None:
     _checks.choice("kind", kind, tuple(NORMS))
     _checks.positive_int("d_model", d_model)
-    return _checks.positive_float("eps", eps)
+    _checks.positive_float("eps", eps)
 
 
-def _check_make_mlp(kind, dropout) -> float:
+def _check_make_mlp(kind, dropout, **_) -> None:
     _checks.choice("kind", kind, tuple(MLPS))
-    return _check_dropout(dropout)
+    _check_dropout(dropout)
 
 
 def _check_moe(d_model, d_ff, n_experts, top_k, expert) -> tuple[int, int]:
@@ -333,15 +334,21 @@ def _check_moe(d_model, d_ff, n_experts, top_k, expert) -> tuple[int, int]:
     return n_experts, top_k
 
 
-def _check_features(module: nn.Module, x, width: int) -> None:
-    if _checks.checking():
-        _checks.features("x", x, width, module=module)
+def _check_features(self, x, **_) -> None:
+    """x (..., D), in the dtype and on the device of the layer's parameters."""
+    _checks.features("x", x, _width(self), module=self)
 
 
-def _check_sequence(module: nn.Module, x, width: int) -> None:
-    if _checks.checking():
-        _checks.sequence("x", x, width, module=module)
+def _check_sequence(self, x, **_) -> None:
+    _checks.sequence("x", x, self.conv_1.in_channels, module=self)
 
 
-def _check_model(model) -> None:
+def _width(layer: nn.Module) -> int:
+    """The width D a position-wise layer reads: RMSNorm's own, else the input width of its first linear map."""
+    if isinstance(layer, RMSNorm):
+        return layer.d_model
+    return (layer.router if isinstance(layer, MixtureOfExperts) else layer.W_1).in_features
+
+
+def _check_model(model, **_) -> None:
     _checks.module("model", model)
