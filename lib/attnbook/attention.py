@@ -339,22 +339,20 @@ class KVCache:
 class GroupedQueryAttention(nn.Module):
     r"""Grouped-query attention: H query heads share H_kv key/value heads, H / H_kv query heads per group.
 
-    ``W_k`` and ``W_v`` map D to H_kv * Dh, so the keys and values, and the KV cache, shrink by H / H_kv.
-    This is the attention layer of the library's blocks; its options, and the chapter of each:
+    ``W_k`` and ``W_v`` map D to H_kv * Dh, so the keys and values, and the KV cache, shrink by H / H_kv. With
+    ``n_kv_heads = n_heads`` (the default) it is :class:`MultiHeadAttention`: the same parameters, the same
+    outputs. It is the attention layer of every block of the library; its options, and where they come from:
 
-    ====================  ======================================================================  ============
-    option                what it does                                                            chapter
-    ====================  ======================================================================  ============
-    ``n_kv_heads``        H_kv key/value heads; None or ``n_heads``: :class:`MultiHeadAttention`   modern tweaks
-                          (same parameters, same outputs); 1: multi-query attention
-    ``rope``              rotates queries and keys (:func:`attnbook.positional.apply_rope`)      modern tweaks
-    ``cache``             a :class:`KVCache`: queries are the new positions, keys and values      modern tweaks
-                          those cached plus the new ones; ``is_causal`` lets query i attend
-                          keys j <= i + T_past
-    ``qk_norm``           LayerNorm over each head's width on queries and keys (QK norm)           scaling and
-                                                                                                  practice
-    ``score_bias``        added to the scaled scores (rank 3: every head)                         beyond text
-    ====================  ======================================================================  ============
+    ==============  ================================================================  ====================
+    option          what it does                                                      chapter
+    ==============  ================================================================  ====================
+    ``n_kv_heads``  H_kv key/value heads (1: multi-query attention)                   modern tweaks
+    ``rope``        rotates queries and keys by their positions (``apply_rope``)      modern tweaks
+    ``cache``       a :class:`KVCache`: the new queries attend the cached positions   modern tweaks
+                    too; with ``is_causal``, query i attends keys j <= i + T_past
+    ``qk_norm``     a LayerNorm over Dh on each head's queries and keys               scaling and practice
+    ``score_bias``  added to the scaled scores (rank 3: the same for every head)      beyond text
+    ==============  ================================================================  ====================
 
     Shapes:
         query: (B, Tq, D); key, value: (B, Tk, D), default to query
@@ -431,19 +429,19 @@ class GroupedQueryAttention(nn.Module):
 
 
 def _project(layer, query, key, value):
-    """Q = query W_q, K = key W_k, V = value W_v: the projections of one same input in one matrix product."""
-    runs = []  # [(input, [its consecutive layers])]
-    for W, x in ((layer.W_q, query), (layer.W_k, key), (layer.W_v, value)):
-        if runs and runs[-1][0] is x:
-            runs[-1][1].append(W)
-        else:
-            runs.append((x, [W]))
-    out = []
-    for x, Ws in runs:
-        weight = torch.cat([W.weight for W in Ws])  # (outputs of the run, D)
-        bias = None if Ws[0].bias is None else torch.cat([W.bias for W in Ws])
-        out.extend(F.linear(x, weight, bias).split([W.out_features for W in Ws], dim=-1))
-    return out
+    """Q = query W_q, K = key W_k, V = value W_v; the projections of one same input in one matrix product."""
+    if query is key is value:  # self-attention: [Q K V] = x [W_q W_k W_v]
+        return _linear(query, layer.W_q, layer.W_k, layer.W_v)
+    if key is value:  # cross-attention: [K V] = memory [W_k W_v]
+        return (layer.W_q(query), *_linear(key, layer.W_k, layer.W_v))
+    return layer.W_q(query), layer.W_k(key), layer.W_v(value)
+
+
+def _linear(x, *layers):
+    """x W^T + b of nn.Linear layers side by side, as one matrix product; their outputs, split."""
+    weight = torch.cat([W.weight for W in layers])  # (sum of their outputs, D)
+    bias = None if layers[0].bias is None else torch.cat([W.bias for W in layers])
+    return F.linear(x, weight, bias).split([W.out_features for W in layers], dim=-1)
 
 
 def _attend(q, k, v, mask, is_causal: bool, dropout: float, return_weights: bool, score_bias=None, past: int = 0):

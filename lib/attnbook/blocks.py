@@ -82,7 +82,7 @@ class _Block(nn.Module):
         qk_norm=False,
     ):
         super().__init__()
-        d_ff, dropout = _check_block_options(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position)
+        d_ff, dropout = _check_block_options(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, eps)
         self.d_model, self.n_heads, self.d_ff, self.norm_position = d_model, n_heads, d_ff, norm_position
         self.self_attn = GroupedQueryAttention(
             d_model, n_heads, n_kv_heads, dropout=dropout, bias=bias, rope=rope, qk_norm=qk_norm
@@ -178,7 +178,7 @@ class EncoderBlock(_Block):
     @checked_by("_check_from_torch")
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderBlock:
         """An EncoderBlock with the configuration and a copy of the weights of a ``TransformerEncoderLayer``."""
-        return _from_torch(cls, layer, nn.TransformerEncoderLayer, [("self_attn", "self_attn")])
+        return _from_torch(cls, layer, [("self_attn", "self_attn")])
 
 
 class DecoderBlock(_Block):
@@ -256,9 +256,7 @@ class DecoderBlock(_Block):
     @checked_by("_check_from_torch")
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
         """A DecoderBlock with the configuration and a copy of the weights of a ``TransformerDecoderLayer``."""
-        return _from_torch(
-            cls, layer, nn.TransformerDecoderLayer, [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")]
-        )
+        return _from_torch(cls, layer, [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")])
 
 
 def _keep_weights(out, weights: list) -> torch.Tensor:
@@ -269,7 +267,7 @@ def _keep_weights(out, weights: list) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _from_torch(cls, layer: nn.Module, torch_cls: type, attentions: list[tuple[str, str]]):
+def _from_torch(cls, layer: nn.Module, attentions: list[tuple[str, str]]):
     """A block of class ``cls`` with the configuration and a copy of the weights of the PyTorch ``layer``."""
     mlp = "relu" if layer.activation is F.relu or isinstance(layer.activation, nn.ReLU) else "gelu"
     block = cls(
@@ -386,7 +384,7 @@ def masked_mean(x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tens
 # a constructor calls its own.
 
 
-def _check_block_options(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position) -> tuple[int, float]:
+def _check_block_options(d_model, n_heads, d_ff, dropout, mlp, norm, norm_position, eps) -> tuple[int, float]:
     """The checks of a block's constructor (the attention layer checks its own); return d_ff (4 D by default)
     and the dropout."""
     _checks.positive_int("d_model", d_model)
@@ -395,6 +393,7 @@ def _check_block_options(d_model, n_heads, d_ff, dropout, mlp, norm, norm_positi
     _checks.choice("norm_position", norm_position, NORM_POSITIONS)
     _checks.choice("norm", norm, tuple(NORMS))
     _checks.choice("mlp", mlp, tuple(MLPS))
+    _checks.positive_float("eps", eps)
     return d_ff, _checks.dropout("dropout", dropout)
 
 
