@@ -49,19 +49,25 @@ def check_qkv(q, k, v, mask=None, *, same_batch: bool = False, score_bias=None) 
         )
     if k.shape[:-2] != v.shape[:-2]:
         raise ValueError(f"k and v must have the same batch dimensions, got k {shape(k.shape)} and v {shape(v.shape)}")
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the batch dimensions of q and k must be broadcastable, got q {shape(q.shape)} and k {shape(k.shape)}"
-        ) from None
-    scores_shape = (*batch, q.shape[-2], k.shape[-2])
+    scores_shape = (*_batch(("q", q), ("k", k)), q.shape[-2], k.shape[-2])
     if mask is not None:
         _checks.tensor("mask", mask, dtype=torch.bool)
         _checks.broadcastable("mask", mask, scores_shape, "the scores' shape (..., Tq, Tk)")
     if score_bias is not None:
         check_score_bias(score_bias, scores_shape, "the scores' shape (..., Tq, Tk)")
     return scores_shape
+
+
+def _batch(queries: tuple[str, torch.Tensor], keys: tuple[str, torch.Tensor]) -> tuple[int, ...]:
+    """The batch dimensions (...) that the queries (..., Tq, Dk) and the keys (..., Tk, Dk) broadcast to."""
+    (q_name, q), (k_name, k) = queries, keys
+    try:
+        return tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of {q_name} and {k_name} must be broadcastable, got {q_name} "
+            f"{_checks.shape_str(q.shape)} and {k_name} {_checks.shape_str(k.shape)}"
+        ) from None
 
 
 def check_score_bias(score_bias, target, what: str) -> torch.Tensor:
@@ -143,14 +149,7 @@ def _check_additive_score(self, query, keys, projected_keys, **_) -> tuple[int, 
     for name, x, what in (("query", query, "queries Tq"), ("keys", keys, "keys Tk")):
         if x.shape[-2] == 0:
             raise ValueError(f"{name} is an empty sequence: it has 0 {what}, shape {_checks.shape_str(x.shape)}")
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], keys.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the batch dimensions of query and keys must be broadcastable, got query "
-            f"{_checks.shape_str(query.shape)} and keys {_checks.shape_str(keys.shape)}"
-        ) from None
-    return (*batch, query.shape[-2], keys.shape[-2])
+    return (*_batch(("query", query), ("keys", keys)), query.shape[-2], keys.shape[-2])
 
 
 def _check_additive_attention(self, query, keys, values, mask, projected_keys, **_) -> None:
