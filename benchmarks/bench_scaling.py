@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 from _common import cpu_name, loadavg, markers, write_section  # noqa: E402  (benchmarks/_common.py)
-from attnbook import measure, models, scaling, scaling_grid, train_lm
+from attnbook import costs, measure, models, scaling, scaling_grid, train_lm
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "scaling.json"
@@ -80,7 +80,7 @@ def budgets_for(size: tuple[int, int, int]) -> list[int]:
 def size_info(size: tuple[int, int, int]) -> dict:
     config = run_config(size, BUDGETS[0], 0)
     model = models.GPT(config.model_config(65))
-    flops = measure.transformer_flops(model)
+    flops = costs.transformer_flops(model)
     return {
         "n_layers": size[0],
         "d_model": size[1],

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -316,8 +319,11 @@ def token_ids(
         raise TypeError(f"{name} must hold integer {what}, got dtype {ids.dtype}")
     if not values:
         return ids
-    kept = ids if ignore_index is None else ids[ids != ignore_index]
-    if kept.numel() and (int(kept.min()) < 0 or (vocab_size is not None and int(kept.max()) >= vocab_size)):
+    outside = ids < 0 if vocab_size is None else (ids < 0) | (ids >= vocab_size)
+    if ignore_index is not None:
+        outside &= ids != ignore_index
+    if bool(outside.any()):  # one host sync per tensor of ids; the message reads the values only when it fails
+        kept = ids if ignore_index is None else ids[ids != ignore_index]
         also = "" if ignore_index is None else f" (or {ignore_index}: not predicted)"
         where = ">= 0" if vocab_size is None else f"in [0, {vocab_size})"
         raise ValueError(
@@ -361,3 +367,70 @@ def fraction(name: str, value) -> float:
     if value >= 1:
         raise ValueError(f"{name} must be between 0 and 1, got {value}")
     return value
+
+
+def dropout(name: str, value) -> float:
+    """Check that ``value`` is a dropout probability in [0, 1); return it as a float."""
+    p = positive_float(name, value, allow_zero=True)
+    if p >= 1:
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return p
+
+
+def choice(name: str, value, options) -> str:
+    """Check that ``value`` is one of ``options`` (say, the names of a registry); return it."""
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(repr(o) for o in options)}, got {value!r}")
+    return value
+
+
+# --- checking once, at the public boundary ----------------------------------------------------------------
+
+_state = threading.local()
+
+
+def checked_by(check):
+    """Decorate a public function or ``forward`` with its checker, so that its body is only the computation.
+
+    ``check`` (a function, or the name of one further down the function's module, where the checks are) gets
+    the call's arguments by name (defaults filled in; ``**_`` takes those it does not look at) and raises a
+    clear error for a bad one. It runs at the boundary only: while a checked call runs, the checked calls
+    inside it (the layers of a model, a function a function calls, the tiles of a loop) skip their checks, as
+    their inputs come from arguments checked already, and an error names an argument of the call the learner
+    made. A constructor calls its checker itself: its checks run wherever it is called.
+    """
+
+    def decorate(fn):
+        parameters = inspect.signature(fn).parameters.values()
+        positional = [p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD]
+        defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+        names = {p.name for p in parameters}
+        if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
+            raise TypeError(f"checked_by needs named parameters (no *args, **kwargs), not {fn.__qualname__}'s")
+
+        @functools.wraps(fn)
+        def checked_call(*args, **kwargs):
+            if getattr(_state, "trusted", False):  # an outer call has checked the inputs
+                return fn(*args, **kwargs)
+            arguments = {**defaults, **dict(zip(positional, args)), **kwargs}
+            if len(args) > len(positional) or len(arguments) < len(names) or not kwargs.keys() <= names:
+                return fn(*args, **kwargs)  # a call that does not fit the signature: Python's own TypeError
+            (fn.__globals__[check] if isinstance(check, str) else check)(**arguments)
+            with trusted():
+                return fn(*args, **kwargs)
+
+        return checked_call
+
+    return decorate
+
+
+class trusted:
+    """``with _checks.trusted():`` runs code whose inputs have been checked: the checked calls inside it skip
+    their checks (see :func:`checked_by`)."""
+
+    def __enter__(self):
+        self.before = getattr(_state, "trusted", False)
+        _state.trusted = True
+
+    def __exit__(self, *exc):
+        _state.trusted = self.before

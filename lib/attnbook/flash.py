@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from . import _checks
-from .attention import _inert, _poison, _work_dtype, causal_mask, check_qkv
+from ._checks import checked_by
+from ._numerics import NEG_INF, work_dtype
+from .attention import causal_mask, check_qkv
 
 __all__ = [
     "online_softmax_update",
@@ -41,12 +43,10 @@ __all__ = [
     "flash_attention_io",
 ]
 
-_NEG_INF = float("-inf")
-
-
 # --- the online softmax -------------------------------------------------------------------------------
 
 
+@checked_by("_check_online_softmax_update")
 def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""One step of the online softmax: fold a new block of scores ``x`` into the running (m, l).
 
@@ -62,24 +62,13 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, x: torch.Tensor) -> 
 
     Chapter: the cost of attention and flash attention (the online softmax).
     """
-    _checks.tensor("x", x, min_ndim=1, floating=True)
-    if x.shape[-1] == 0:
-        raise ValueError(f"x must hold at least one score per row (n >= 1), got shape {_checks.shape_str(x.shape)}")
-    for name, stat in (("m", m), ("l", l)):
-        _checks.tensor(name, stat, floating=True)
-        if stat.dtype != x.dtype:
-            raise TypeError(f"{name} and x must have the same dtype, got {name} {stat.dtype} and x {x.dtype}")
-        if stat.shape != x.shape[:-1]:
-            raise ValueError(
-                f"{name} must have one number per row of x, shape {_checks.shape_str(x.shape[:-1])}, "
-                f"got {_checks.shape_str(stat.shape)}"
-            )
     m_new = torch.maximum(m, x.amax(dim=-1))  # (...,)
-    m_safe = torch.where(m_new == _NEG_INF, 0.0, m_new)  # (...,) a row with nothing yet: subtract 0, not -inf
+    m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # (...,) a row with nothing yet: subtract 0, not -inf
     l_new = l * torch.exp(m - m_safe) + torch.exp(x - m_safe.unsqueeze(-1)).sum(dim=-1)  # (...,)
     return m_new, l_new
 
 
+@checked_by("_check_online_softmax")
 def online_softmax(x: torch.Tensor, block_size: int = 1) -> torch.Tensor:
     """Softmax over the last dimension, computed by reading ``x`` in blocks of ``block_size`` with
     :func:`online_softmax_update`, then normalising (one pass for the statistics, one for the output).
@@ -90,13 +79,7 @@ def online_softmax(x: torch.Tensor, block_size: int = 1) -> torch.Tensor:
 
     Chapter: the cost of attention and flash attention (the online softmax).
     """
-    _checks.tensor("x", x, min_ndim=1, floating=True)
-    block_size = _checks.positive_int("block_size", block_size)
-    if x.shape[-1] == 0:
-        raise ValueError(
-            f"x must have at least one entry in its last dimension, got shape {_checks.shape_str(x.shape)}"
-        )
-    m = torch.full(x.shape[:-1], _NEG_INF, dtype=x.dtype, device=x.device)  # (...,)
+    m = torch.full(x.shape[:-1], NEG_INF, dtype=x.dtype, device=x.device)  # (...,)
     l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)  # (...,)
     for start in range(0, x.shape[-1], block_size):
         m, l = online_softmax_update(m, l, x[..., start : start + block_size])
@@ -106,22 +89,7 @@ def online_softmax(x: torch.Tensor, block_size: int = 1) -> torch.Tensor:
 # --- tiled attention ----------------------------------------------------------------------------------
 
 
-def _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k):
-    check_qkv(q, k, v, same_batch=True)
-    block_q = _checks.positive_int("block_q", block_q)
-    block_k = _checks.positive_int("block_k", block_k)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    if offset is not None:
-        if not causal:
-            raise ValueError("offset only applies to causal attention: pass causal=True, or drop the offset")
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise TypeError(f"offset must be an integer, got {offset!r}")
-    offset = 0 if offset is None else offset  # top-left aligned, as attention.causal_mask and is_causal=True
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _checks.positive_float("scale", scale)
-    return offset, scale, block_q, block_k
-
-
+@checked_by("_check_flash_inputs")
 def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, block_q=256, block_k=256):
     r"""The forward pass of tiled attention: the output and the log-sum-exp of each query's scores.
 
@@ -138,21 +106,21 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
 
     Chapter: the cost of attention and flash attention (tiled attention).
     """
-    offset, scale, block_q, block_k = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
-    q, k, v, poisoned = _inert(q, k, v, offset=offset if causal else None)  # masked positions are inert
+    offset = 0 if offset is None else offset  # top-left aligned, as attention.causal_mask and is_causal=True
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
-    work = _work_dtype(q.dtype)
+    work = work_dtype(q.dtype)
     q3 = q.reshape(-1, t_q, d_k).to(work)  # (B, Tq, Dk): every batch dimension in one
     k3 = k.reshape(-1, t_k, d_k).to(work)  # (B, Tk, Dk)
     v3 = v.reshape(-1, t_k, d_v).to(work)  # (B, Tk, Dv)
     n = q3.shape[0]
     out = torch.zeros(n, t_q, d_v, dtype=work, device=q.device)  # (B, Tq, Dv)
-    lse = torch.full((n, t_q), _NEG_INF, dtype=work, device=q.device)  # (B, Tq)
+    lse = torch.full((n, t_q), NEG_INF, dtype=work, device=q.device)  # (B, Tq)
     for i0 in range(0, t_q, block_q):
         i1 = min(i0 + block_q, t_q)
         q_i = q3[:, i0:i1] * scale  # (B, bq, Dk)
-        m = torch.full((n, i1 - i0), _NEG_INF, dtype=work, device=q.device)  # (B, bq) running maximum
+        m = torch.full((n, i1 - i0), NEG_INF, dtype=work, device=q.device)  # (B, bq) running maximum
         l = torch.zeros(n, i1 - i0, dtype=work, device=q.device)  # (B, bq) running sum of exp(s - m)
         acc = torch.zeros(n, i1 - i0, d_v, dtype=work, device=q.device)  # (B, bq, Dv) unnormalised output
         keys_end = min(t_k, i1 + offset) if causal else t_k  # the last query of the block sees keys < i1 + offset
@@ -160,9 +128,9 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
             j1 = min(j0 + block_k, t_k)
             s = q_i @ k3[:, j0:j1].transpose(1, 2)  # (B, bq, bk)
             if causal and j1 - 1 > i0 + offset:  # the block crosses the diagonal: mask part of it
-                s = s.masked_fill(~causal_mask(i1 - i0, j1 - j0, offset=offset + i0 - j0, device=q.device), _NEG_INF)
+                s = s.masked_fill(~causal_mask(i1 - i0, j1 - j0, offset=offset + i0 - j0, device=q.device), NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1))  # (B, bq)
-            m_safe = torch.where(m_new == _NEG_INF, 0.0, m_new)  # (B, bq) rows with no allowed key so far
+            m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # (B, bq) rows with no allowed key so far
             p = torch.exp(s - m_safe.unsqueeze(-1))  # (B, bq, bk)
             alpha = torch.exp(m - m_safe)  # (B, bq) rescales what was accumulated under the old maximum
             l = l * alpha + p.sum(dim=-1)  # (B, bq)
@@ -170,14 +138,11 @@ def flash_attention_forward(q, k, v, *, causal=False, offset=None, scale=None, b
             m = m_new
         seen = l > 0  # (B, bq) rows with at least one allowed key
         out[:, i0:i1] = acc / torch.where(seen, l, 1.0).unsqueeze(-1)  # (B, bq, Dv)
-        lse[:, i0:i1] = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), _NEG_INF)  # (B, bq)
-    out = out.reshape(*batch, t_q, d_v).to(q.dtype)  # (..., Tq, Dv)
-    lse = lse.reshape(*batch, t_q)  # (..., Tq)
-    if poisoned is not None:  # a non-finite input that a query may attend: NaN, as without tiles
-        out, lse = _poison(poisoned, out)[0], lse.masked_fill(poisoned[0], float("nan"))
-    return out, lse  # (..., Tq, Dv), (..., Tq)
+        lse[:, i0:i1] = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), NEG_INF)  # (B, bq)
+    return out.reshape(*batch, t_q, d_v).to(q.dtype), lse.reshape(*batch, t_q)  # (..., Tq, Dv), (..., Tq)
 
 
+@checked_by("_check_flash_backward")
 def flash_attention_backward(
     grad_out, q, k, v, out, lse, *, causal=False, offset=None, scale=None, block_q=256, block_k=256
 ):
@@ -198,27 +163,18 @@ def flash_attention_backward(
 
     Chapter: the cost of attention and flash attention (the backward pass).
     """
-    offset, scale, block_q, block_k = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
+    offset = 0 if offset is None else offset
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     *batch, t_q, d_k = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
-    for name, x, shape in (
-        ("grad_out", grad_out, (*batch, t_q, d_v)),
-        ("out", out, (*batch, t_q, d_v)),
-        ("lse", lse, (*batch, t_q)),
-    ):
-        _checks.tensor(name, x, floating=True)
-        if tuple(x.shape) != shape:
-            raise ValueError(
-                f"{name} must have shape {_checks.shape_str(shape)} (from q and v), got {_checks.shape_str(x.shape)}"
-            )
-    work = _work_dtype(q.dtype)
+    work = work_dtype(q.dtype)
     q3 = q.reshape(-1, t_q, d_k).to(work)  # (B, Tq, Dk)
     k3 = k.reshape(-1, t_k, d_k).to(work)  # (B, Tk, Dk)
     v3 = v.reshape(-1, t_k, d_v).to(work)  # (B, Tk, Dv)
     do3 = grad_out.reshape(-1, t_q, d_v).to(work)  # (B, Tq, Dv)
     o3 = out.reshape(-1, t_q, d_v).to(work)  # (B, Tq, Dv)
     lse3 = lse.reshape(-1, t_q).to(work)  # (B, Tq)
-    lse3 = torch.where(lse3 == _NEG_INF, float("inf"), lse3)  # rows with no allowed key: P = exp(S - inf) = 0
+    lse3 = torch.where(lse3 == NEG_INF, float("inf"), lse3)  # rows with no allowed key: P = exp(S - inf) = 0
     delta = (do3 * o3).sum(dim=-1)  # (B, Tq)  Delta_i = rowsum(dO * O)
     dq = torch.zeros_like(q3)  # (B, Tq, Dk)
     dk = torch.zeros_like(k3)  # (B, Tk, Dk)
@@ -234,7 +190,7 @@ def flash_attention_backward(
             q_i = q3[:, i0:i1]  # (B, bq, Dk)
             s = (q_i @ k_j.transpose(1, 2)) * scale  # (B, bq, bk)
             if causal and j1 - 1 > i0 + offset:
-                s = s.masked_fill(~causal_mask(i1 - i0, j1 - j0, offset=offset + i0 - j0, device=q.device), _NEG_INF)
+                s = s.masked_fill(~causal_mask(i1 - i0, j1 - j0, offset=offset + i0 - j0, device=q.device), NEG_INF)
             p = torch.exp(s - lse3[:, i0:i1].unsqueeze(-1))  # (B, bq, bk) the weights, recomputed
             do_i = do3[:, i0:i1]  # (B, bq, Dv)
             dv_j += p.transpose(1, 2) @ do_i  # (B, bk, Dv)
@@ -244,11 +200,7 @@ def flash_attention_backward(
             dk_j += (ds.transpose(1, 2) @ q_i) * scale  # (B, bk, Dk)
         dk[:, j0:j1] = dk_j
         dv[:, j0:j1] = dv_j
-    return (
-        dq.reshape(q.shape).to(q.dtype),
-        dk.reshape(k.shape).to(k.dtype),  # (..., Tq, Dk), (..., Tk, Dk)
-        dv.reshape(v.shape).to(v.dtype),
-    )  # (..., Tk, Dv)
+    return dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype), dv.reshape(v.shape).to(v.dtype)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -272,27 +224,18 @@ class FlashAttentionFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attention_backward(grad_out, q, k, v, out, lse, **ctx.options)
+        with _checks.trusted():  # the forward pass checked the inputs
+            dq, dk, dv = flash_attention_backward(grad_out, q, k, v, out, lse, **ctx.options)
         return dq, dk, dv, None, None, None, None, None
 
 
-def flash_attention(
-    q,
-    k,
-    v,
-    *,
-    causal: bool = False,
-    offset: int | None = None,
-    scale: float | None = None,
-    block_q: int = 256,
-    block_k: int = 256,
-) -> torch.Tensor:
+@checked_by("_check_flash_inputs")
+def flash_attention(q, k, v, *, causal=False, offset=None, scale=None, block_q=256, block_k=256) -> torch.Tensor:
     r"""Exact attention softmax(q k^T * scale) v, computed in tiles without the Tq x Tk matrix.
 
     Equal to ``attention.scaled_dot_product_attention(q, k, v, mask)`` (with ``mask =
     attention.causal_mask(Tq, Tk, offset=offset)`` when ``causal``), with extra memory that grows like
-    Tq * Dv + block_q * block_k instead of Tq * Tk, and differentiable (FlashAttention-2 backward). The
-    keys a causal mask hides are inert, as in every attention of the library (see ``attention``).
+    Tq * Dv + block_q * block_k instead of Tq * Tk, and differentiable (FlashAttention-2 backward).
 
     Args:
         causal: query i may attend to key j only when j <= i + offset.
@@ -309,10 +252,7 @@ def flash_attention(
 
     Chapter: the cost of attention and flash attention.
     """
-    offset0, *_ = _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)  # fail early, clearly
-    q, k, v, poisoned = _inert(q, k, v, offset=offset0 if causal else None)  # masked positions are inert
-    out = FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)  # (..., Tq, Dv)
-    return _poison(poisoned, out)[0]
+    return FlashAttentionFunction.apply(q, k, v, causal, offset, scale, block_q, block_k)  # (..., Tq, Dv)
 
 
 # --- the IO model -------------------------------------------------------------------------------------
@@ -347,8 +287,7 @@ class FastMemory:
     """
 
     def __init__(self, capacity: int, *, bytes_per_element: int = 4):
-        self.capacity = _checks.positive_int("capacity", capacity)
-        self.bytes_per_element = _checks.positive_int("bytes_per_element", bytes_per_element)
+        self.capacity, self.bytes_per_element = _check_memory(capacity, bytes_per_element)
         self.reads = self.writes = self.used = self.peak = 0
 
     def hold(self, n: int) -> None:
@@ -377,15 +316,7 @@ def _tiles(n: int, size: int) -> list[tuple[int, int]]:
     return [(size, full)] * (full > 0) + [(rest, 1)] * (rest > 0)
 
 
-def _check_io_sizes(n, d, capacity, bytes_per_element) -> tuple[int, int, int, int]:
-    return (
-        _checks.positive_int("n", n),
-        _checks.positive_int("d", d),
-        _checks.positive_int("capacity", capacity),
-        _checks.positive_int("bytes_per_element", bytes_per_element),
-    )
-
-
+@checked_by("_check_memory")
 def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int = 4) -> IOCount:
     r"""Slow-memory traffic of standard attention (Algorithm 0 of the FlashAttention paper) with a fast
     memory of ``capacity`` bytes, for n queries and n keys of width d.
@@ -400,19 +331,14 @@ def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: i
 
     Chapter: the cost of attention and flash attention (the IO model).
     """
-    n, d, capacity, size = _check_io_sizes(n, d, capacity, bytes_per_element)
-    elements = capacity // size
+    elements = capacity // bytes_per_element
     b = min(n, int(math.sqrt(d * d + elements) - d))  # the largest b with b^2 + 2 b d <= elements
     while b > 0 and b * b + 2 * b * d > elements:  # (correct the floating-point square root either way)
         b -= 1
     while b < n and (b + 1) ** 2 + 2 * (b + 1) * d <= elements:
         b += 1
-    if b < 1:
-        raise ValueError(
-            f"capacity={capacity} bytes is too small for standard attention with d={d}: it needs "
-            f"at least {(2 * d + 1) * size} bytes"
-        )
-    mem = FastMemory(capacity, bytes_per_element=size)
+    _check_fits("standard attention", b, capacity, d, (2 * d + 1) * bytes_per_element)
+    mem = FastMemory(capacity, bytes_per_element=bytes_per_element)
     for rows, row_tiles in _tiles(n, b):  # 1. S = Q K^T
         mem.load(rows * d, times=row_tiles)  # Q_i
         for cols, col_tiles in _tiles(n, b):
@@ -443,6 +369,7 @@ def standard_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: i
     return mem.count()
 
 
+@checked_by("_check_memory")
 def flash_attention_block_sizes(d: int, capacity: int, *, bytes_per_element: int = 4) -> tuple[int, int]:
     """The tile sizes (B_r queries, B_c keys) that :func:`flash_attention_io` uses.
 
@@ -456,20 +383,14 @@ def flash_attention_block_sizes(d: int, capacity: int, *, bytes_per_element: int
 
     Chapter: the cost of attention and flash attention (the IO model).
     """
-    d = _checks.positive_int("d", d)
-    capacity = _checks.positive_int("capacity", capacity)
-    bytes_per_element = _checks.positive_int("bytes_per_element", bytes_per_element)
     elements = capacity // bytes_per_element
     b_c = max(1, min(d, elements // (8 * d)))
     b_r = (elements - 2 * b_c * d) // (2 * d + 2 + b_c)
-    if b_r < 1:
-        raise ValueError(
-            f"capacity={capacity} bytes is too small for flash attention with d={d}: it needs at "
-            f"least {(4 * d + 3) * bytes_per_element} bytes"
-        )
+    _check_fits("flash attention", b_r, capacity, d, (4 * d + 3) * bytes_per_element)
     return b_r, b_c
 
 
+@checked_by("_check_memory")
 def flash_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int = 4) -> IOCount:
     r"""Slow-memory traffic of tiled (flash) attention with a fast memory of ``capacity`` bytes.
 
@@ -481,9 +402,8 @@ def flash_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int 
 
     Chapter: the cost of attention and flash attention (the IO model).
     """
-    n, d, capacity, size = _check_io_sizes(n, d, capacity, bytes_per_element)
-    b_r, b_c = flash_attention_block_sizes(d, capacity, bytes_per_element=size)
-    mem = FastMemory(capacity, bytes_per_element=size)
+    b_r, b_c = flash_attention_block_sizes(d, capacity, bytes_per_element=bytes_per_element)
+    mem = FastMemory(capacity, bytes_per_element=bytes_per_element)
     for rows, row_tiles in _tiles(n, b_r):
         mem.load(rows * d, times=row_tiles)  # Q_i
         mem.hold(rows * d + 2 * rows)  # O_i, m_i, l_i live in fast memory
@@ -494,3 +414,74 @@ def flash_attention_io(n: int, d: int, capacity: int, *, bytes_per_element: int 
         mem.store(rows * d + rows, times=row_tiles)  # O_i and L_i
         mem.drop(2 * rows * d + 2 * rows)
     return mem.count()
+
+
+# --- input checks -----------------------------------------------------------------------------------------
+# A function names its checks with @checked_by: they run at the boundary only (flash_attention checks for its two
+# passes, online_softmax for its blocks); FastMemory calls its own.
+
+
+def _check_online_softmax_update(m, l, x) -> None:
+    _checks.tensor("x", x, min_ndim=1, floating=True)
+    if x.shape[-1] == 0:
+        raise ValueError(f"x must hold at least one score per row (n >= 1), got shape {_checks.shape_str(x.shape)}")
+    for name, stat in (("m", m), ("l", l)):
+        _checks.tensor(name, stat, floating=True)
+        if stat.dtype != x.dtype:
+            raise TypeError(f"{name} and x must have the same dtype, got {name} {stat.dtype} and x {x.dtype}")
+        if stat.shape != x.shape[:-1]:
+            raise ValueError(
+                f"{name} must have one number per row of x, shape {_checks.shape_str(x.shape[:-1])}, "
+                f"got {_checks.shape_str(stat.shape)}"
+            )
+
+
+def _check_online_softmax(x, block_size) -> None:
+    _checks.tensor("x", x, min_ndim=1, floating=True)
+    _checks.positive_int("block_size", block_size)
+    if x.shape[-1] == 0:
+        raise ValueError(
+            f"x must have at least one entry in its last dimension, got shape {_checks.shape_str(x.shape)}"
+        )
+
+
+def _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k) -> None:
+    check_qkv(q, k, v, same_batch=True)
+    _checks.positive_int("block_q", block_q)
+    _checks.positive_int("block_k", block_k)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    if offset is not None:
+        if not causal:
+            raise ValueError("offset only applies to causal attention: pass causal=True, or drop the offset")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset must be an integer, got {offset!r}")
+    if scale is not None:
+        _checks.positive_float("scale", scale)
+
+
+def _check_flash_backward(grad_out, q, k, v, out, lse, causal, offset, scale, block_q, block_k) -> None:
+    """The checks of :func:`flash_attention_backward`: those of the forward pass, and the shapes of its results."""
+    _check_flash_inputs(q, k, v, causal, offset, scale, block_q, block_k)
+    *batch, t_q, _ = q.shape
+    shapes = {"grad_out": (*batch, t_q, v.shape[-1]), "out": (*batch, t_q, v.shape[-1]), "lse": (*batch, t_q)}
+    for (name, shape), x in zip(shapes.items(), (grad_out, out, lse)):
+        _checks.tensor(name, x, floating=True)
+        if tuple(x.shape) != shape:
+            raise ValueError(
+                f"{name} must have shape {_checks.shape_str(shape)} (from q and v), got {_checks.shape_str(x.shape)}"
+            )
+
+
+def _check_memory(capacity, bytes_per_element, **sizes) -> tuple[int, ...]:
+    """Integers >= 1: the ``sizes`` given (n, d), the capacity and the bytes per element; return them in that order."""
+    named = {**sizes, "capacity": capacity, "bytes_per_element": bytes_per_element}
+    return tuple(_checks.positive_int(name, value) for name, value in named.items())
+
+
+def _check_fits(algorithm: str, tile: int, capacity: int, d: int, needs: int) -> None:
+    """A tile of at least one row must fit in the fast memory."""
+    if tile < 1:
+        raise ValueError(
+            f"capacity={capacity} bytes is too small for {algorithm} with d={d}: it needs at least {needs} bytes"
+        )

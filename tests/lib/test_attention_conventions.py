@@ -1,4 +1,4 @@
-"""The conventions every attention path shares: top-left causal masks, inert masked positions, copied dtypes.
+"""The conventions every attention path shares: top-left causal masks, zero weight on masked keys, copied dtypes.
 
 Paths: ``attention.scaled_dot_product_attention`` with ``causal_mask``, ``MultiHeadAttention`` (explicit
 path with ``return_weights=True`` and the fused fast path), ``GroupedQueryAttention`` and
@@ -124,23 +124,26 @@ def test_blocks_from_torch_keep_float64(norm_first):
     torch.testing.assert_close(dec.eval()(x, memory), dec_layer(x, memory, tgt_mask=causal), atol=1e-12, rtol=0)
 
 
-# --- masked positions are inert -----------------------------------------------------------------------
+# --- masked keys get zero weight ---------------------------------------------------------------------------
+# Whatever a masked key or value holds, finite, it changes nothing (weights, outputs, gradients). Non-finite
+# numbers there are not filtered out, as in PyTorch: filtering them without a host synchronisation costs about
+# a tenth of a GPT training step on the CPU, and it changes what the book measures of memory and FLOPs.
 
 
-def _poisoned(x, positions, value):
+def _changed(x, positions, value):
     """A copy of x (..., T, D) with the given positions (along dimension -2) set to ``value``, needing a gradient."""
     x = x.detach().clone()
     x[..., positions, :] = value
     return x.requires_grad_()
 
 
-@pytest.mark.parametrize("value", [NAN, INF, -INF])
-def test_non_finite_masked_keys_and_values_reach_no_output_and_no_gradient(value):
+@pytest.mark.parametrize("value", [1e3, -1e3])
+def test_masked_keys_and_values_reach_no_output_and_no_gradient(value):
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(2, 4, 6, 8, generator=g, dtype=torch.float64) for _ in range(3))
     lengths = [6, 3]
     mask = padding_mask(lengths).unsqueeze(1)  # (2, 1, 1, 6)
-    # the reference: the second sequence cut to its 3 keys, on finite inputs
+    # the reference: the second sequence cut to its 3 keys
     qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
     ref = torch.cat(
         [
@@ -154,29 +157,50 @@ def test_non_finite_masked_keys_and_values_reach_no_output_and_no_gradient(value
     vp[1, :, 3:] = value
     kp.requires_grad_()
     vp.requires_grad_()
-    out = attention.scaled_dot_product_attention(qp, kp, vp, mask)
+    out, weights = attention.scaled_dot_product_attention(qp, kp, vp, mask, return_weights=True)
     torch.testing.assert_close(out, ref, **TOL64)
+    assert torch.all(weights[1, :, :, 3:] == 0)  # exactly zero, however large the masked scores
     out.pow(2).sum().backward()
     for ours, theirs in ((qp, qr), (kp, kr), (vp, vr)):
-        assert torch.isfinite(ours.grad).all()
         torch.testing.assert_close(ours.grad, theirs.grad, **TOL64)
     assert torch.all(kp.grad[1, :, 3:] == 0) and torch.all(vp.grad[1, :, 3:] == 0)
 
 
-def test_a_fully_masked_row_gives_zeros_and_zero_gradients_even_with_nan_everywhere_in_it():
-    q = torch.full((1, 3, 4), NAN, dtype=torch.float64, requires_grad=True)
-    k = torch.full((1, 5, 4), NAN, dtype=torch.float64, requires_grad=True)
-    v = torch.full((1, 5, 4), INF, dtype=torch.float64, requires_grad=True)
+def test_a_nan_in_a_masked_key_gets_zero_weight_but_a_nan_in_a_masked_value_is_not_filtered():
+    """The softmax never reads a masked score; the weighted sum multiplies masked values by 0, and 0 * NaN is NaN
+    (as in PyTorch's F.scaled_dot_product_attention: no check for a NaN, which would wait for the device)."""
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 4, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = padding_mask([2], 4)  # (1, 1, 4): keys 2 and 3 are padding
+    clean_out, clean_weights = attention.scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    out, weights = attention.scaled_dot_product_attention(q, _changed(k, [3], NAN), v, mask, return_weights=True)
+    torch.testing.assert_close(weights, clean_weights, **TOL64)
+    torch.testing.assert_close(out, clean_out, **TOL64)
+    out = attention.scaled_dot_product_attention(q, k, _changed(v, [3], NAN), mask)
+    assert torch.isnan(out).all()
+
+
+def test_a_fully_masked_row_gives_zeros_and_zero_gradients():
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(1, 3, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
     mask = torch.zeros(1, 3, 5, dtype=torch.bool)
-    out, weights = attention.scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    k5, v5 = k.repeat(1, 2, 1)[:, :5], v.repeat(1, 2, 1)[:, :5]
+    out, weights = attention.scaled_dot_product_attention(q, k5, v5, mask, return_weights=True)
     assert torch.equal(out, torch.zeros_like(out)) and torch.equal(weights, torch.zeros_like(weights))
     out.sum().backward()
     for x in (q, k, v):
         assert torch.equal(x.grad, torch.zeros_like(x))
-    scores = torch.full((2, 3), NAN, requires_grad=True)
+    scores = torch.full((2, 3), NAN, requires_grad=True)  # the softmax does not even read the scores
     w = attention.masked_softmax(scores, torch.zeros(2, 3, dtype=torch.bool))
     w.sum().backward()
     assert torch.equal(w, torch.zeros(2, 3)) and torch.equal(scores.grad, torch.zeros(2, 3))
+    torch.manual_seed(10)
+    mha = MultiHeadAttention(8, 2).double()  # both paths of a layer, with a row of nothing to attend
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    row_mask = torch.tensor([[True, True, True], [False, False, False], [True, False, True]])
+    heads_zero = mha(x, mask=row_mask) - mha.W_o.bias  # the output layer's bias alone for the empty row
+    torch.testing.assert_close(heads_zero[0, 1], torch.zeros(8, dtype=torch.float64), **TOL64)
+    torch.testing.assert_close(mha(x, mask=row_mask, return_weights=True)[0], mha(x, mask=row_mask), **TOL64)
 
 
 def test_masked_softmax_never_reads_masked_scores():
@@ -203,41 +227,34 @@ def _causal_paths():
         "GQA fast path": lambda x: gqa(x, is_causal=True),
         "GQA explicit path": lambda x: gqa(x, is_causal=True, return_weights=True)[0],
         "flash attention": lambda x: flash.flash_attention(x, x * 0.5, x.flip(-1), causal=True, block_q=2, block_k=2),
-        "MHA with a padding mask": lambda x: mha(x, mask=padding_mask([x.shape[1]] * x.shape[0])),
     }
 
 
 @pytest.mark.parametrize("path", list(_causal_paths()))
-def test_a_nan_in_the_future_reaches_only_the_queries_that_may_attend_it(path):
+def test_a_change_in_the_future_reaches_only_the_queries_that_may_attend_it(path):
     fn = _causal_paths()[path]
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     clean = fn(x)
-    poisoned_input = _poisoned(x, [4], NAN)  # position 4 of every sequence
-    out = fn(poisoned_input)
-    if path == "MHA with a padding mask":  # every query may attend position 4: every output is NaN
-        assert torch.isnan(out).any(-1).all()
-        return
-    assert torch.isnan(out[:, 4:]).any(-1).all()  # the queries that attend position 4 see the NaN
+    changed_input = _changed(x, [4], 1e3)  # position 4 of every sequence
+    out = fn(changed_input)
+    assert (out[:, 4:] - clean[:, 4:]).abs().amax(-1).gt(1e-6).all()  # the queries that attend position 4 see it
     torch.testing.assert_close(out[:, :4], clean[:, :4], **TOL64)  # the earlier ones are untouched
     out[:, :4].pow(2).sum().backward()
-    assert torch.isfinite(poisoned_input.grad).all()
-    assert torch.all(poisoned_input.grad[:, 4:] == 0)
+    assert torch.all(changed_input.grad[:, 4:] == 0)
 
 
-def test_additive_attention_masked_positions_are_inert():
+def test_additive_attention_masked_positions_reach_nothing():
     torch.manual_seed(7)
     att = attention.AdditiveAttention(6, 5, 7).double()
     query = torch.randn(2, 3, 6, dtype=torch.float64)
     keys, values = torch.randn(2, 4, 5, dtype=torch.float64), torch.randn(2, 4, 3, dtype=torch.float64)
     mask = padding_mask([4, 2])  # (2, 1, 4)
     clean = att(query, keys, values, mask)
-    keys_p, values_p = _poisoned(keys, [2, 3], NAN), _poisoned(values, [2, 3], INF)
-    keys_p, values_p = keys_p.detach(), values_p.detach()
-    keys_p[0], values_p[0] = keys[0], values[0]  # only the padded positions of sequence 1 are poisoned
+    keys_p, values_p = _changed(keys, [2, 3], 1e3).detach(), _changed(values, [2, 3], -1e3).detach()
+    keys_p[0], values_p[0] = keys[0], values[0]  # only the padded positions of sequence 1 are changed
     keys_p.requires_grad_()
     values_p.requires_grad_()
     out = att(query, keys_p, values_p, mask)
     torch.testing.assert_close(out, clean, **TOL64)
     out.sum().backward()
-    assert torch.isfinite(keys_p.grad).all() and torch.isfinite(values_p.grad).all()
-    assert all(torch.isfinite(p.grad).all() for p in att.parameters())
+    assert torch.all(keys_p.grad[1, 2:] == 0) and torch.all(values_p.grad[1, 2:] == 0)

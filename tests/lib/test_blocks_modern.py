@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from attnbook import attention, blocks, measure, models, positional
+from attnbook import attention, blocks, costs, measure, models, positional
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,9 +182,12 @@ def test_cached_logits_and_greedy_tokens_equal_uncached(changes):
     )
 
 
-def test_cache_needs_a_capable_model_and_fits_the_block():
-    with pytest.raises(TypeError, match="use_cache=True needs"):
-        _gpt().generate(torch.zeros(1, 2, dtype=torch.long), 3, use_cache=True)
+def test_every_model_takes_a_cache_that_fits_the_block():
+    model = _gpt()  # multi-head attention is grouped-query attention with n_kv_heads = n_heads: it takes a cache
+    prompt = torch.randint(17, (2, 3))
+    assert torch.equal(
+        model.generate(prompt, 5, temperature=0), model.generate(prompt, 5, temperature=0, use_cache=True)
+    )
     model = _gpt(positional="rope")
     caches = model.new_caches()
     model(torch.zeros(1, 10, dtype=torch.long), caches=caches)
@@ -268,7 +271,7 @@ def test_checkpointing_changes_memory_not_results():
     params = list(model.parameters())
     plain = measure.saved_tensor_bytes(lambda: model(ids), exclude=params)
     checkpointed = measure.saved_tensor_bytes(lambda: model(ids, checkpoint=True), exclude=params)
-    per_layer = measure.activation_bytes(config, 4, 16)
+    per_layer = costs.activation_bytes(config, 4, 16)
     assert plain - checkpointed > 2.5 * per_layer  # three blocks' activations are no longer kept
     with torch.no_grad():
         torch.testing.assert_close(model(ids, checkpoint=True), model(ids))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from attnbook import attention, measure, train
+from attnbook import attention, costs, measure, train
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -228,7 +228,7 @@ def test_transformer_flops_equal_the_flops_pytorch_counts(changes):
     model = _gpt(**changes)
     B, T = 3, 24
     x = torch.randint(0, 65, (B, T))
-    flops = measure.transformer_flops(model, T)
+    flops = costs.transformer_flops(model, T)
     # the explicit attention path: Q K^T and A V are matrix products FlopCounterMode sees
     forward = measure.flop_count(lambda: model(x, return_weights=True))
     assert forward == B * T * flops.forward
@@ -243,9 +243,9 @@ def test_transformer_flops_equal_the_flops_pytorch_counts(changes):
 
 def test_transformer_flops_bad_input():
     with pytest.raises(TypeError, match="model must be a GPT-like model"):
-        measure.transformer_flops(torch.nn.Linear(2, 2))
+        costs.transformer_flops(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="seq_len must be an integer >= 1, got 0"):
-        measure.transformer_flops(_gpt(), 0)
+        costs.transformer_flops(_gpt(), 0)
 
 
 @pytest.mark.parametrize("mlp", ["relu", "gelu"])
@@ -264,8 +264,8 @@ def test_activation_bytes_equal_what_autograd_saves(mlp, attention, shape):
                 exclude=list(block.parameters()),
             )
         )
-    assert saved[1] - saved[0] == measure.activation_bytes(model.config, 1, T, attention=attention)
-    assert measure.activation_bytes(model.config, 5, T, attention=attention) == 5 * measure.activation_bytes(
+    assert saved[1] - saved[0] == costs.activation_bytes(model.config, 1, T, attention=attention)
+    assert costs.activation_bytes(model.config, 5, T, attention=attention) == 5 * costs.activation_bytes(
         model.config, 1, T, attention=attention
     )
 
@@ -286,13 +286,13 @@ def test_activation_bytes_bad_input():
 
     config = models.TransformerConfig(vocab_size=65, bias=False)
     with pytest.raises(TypeError, match="config must be an attnbook.models.TransformerConfig"):
-        measure.activation_bytes({}, 1, 8)
+        costs.activation_bytes({}, 1, 8)
     with pytest.raises(ValueError, match="attention must be 'fused' or 'explicit', got 'flash'"):
-        measure.activation_bytes(config, 1, 8, attention="flash")
+        costs.activation_bytes(config, 1, 8, attention="flash")
     with pytest.raises(ValueError, match="activation_bytes knows the library's pre-norm LayerNorm block"):
-        measure.activation_bytes(config.replace(mlp="swiglu"), 1, 8)
+        costs.activation_bytes(config.replace(mlp="swiglu"), 1, 8)
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
-        measure.activation_bytes(config, 0, 8)
+        costs.activation_bytes(config, 0, 8)
 
 
 def test_attention_entropy_of_uniform_and_one_hot_heads():

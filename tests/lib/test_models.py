@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from attnbook import measure, models
+from attnbook import measure, models, positional
 from attnbook.attention import padding_mask
 from attnbook.models import GPT, EncoderDecoder, TransformerConfig
 from hypothesis import given, settings
@@ -184,7 +184,7 @@ def test_gpt_input_errors():
 
 
 def test_sinusoidal_positions_follow_the_formula_and_are_not_saved():
-    pe = models.SinusoidalPositions(50, 8)
+    pe = positional.SinusoidalPositions(50, 8)
     p, i = 17, 3
     assert math.isclose(pe(50)[p, 2 * i].item(), math.sin(p / 10000 ** (2 * i / 8)), abs_tol=1e-6)
     assert math.isclose(pe(50)[p, 2 * i + 1].item(), math.cos(p / 10000 ** (2 * i / 8)), abs_tol=1e-6)

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from attnbook import attention, blocks
 from attnbook.attention import MultiHeadAttention, causal_mask, padding_mask
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -260,3 +261,33 @@ def test_torch_reference_uses_the_opposite_boolean_convention():
         F.scaled_dot_product_attention(x, x, x, attn_mask=allowed),
         F.scaled_dot_product_attention(x, x, x, is_causal=True),
     )  # F.sdpa: True = may attend
+
+
+@pytest.mark.parametrize("return_weights", [False, True])
+@pytest.mark.parametrize("kind", ["self", "cross", "causal", "padding", "bias"])
+def test_the_teaching_class_equals_the_blocks_attention_with_as_many_kv_heads(kind, return_weights):
+    """MultiHeadAttention (chapter 07) is GroupedQueryAttention with n_kv_heads = n_heads, the attention of every
+    block: the same parameter names, and on copied weights the same outputs and weights, to the last bit."""
+    torch.manual_seed(11)
+    mha = attention.MultiHeadAttention(16, 4, dropout=0.1)
+    gqa = attention.GroupedQueryAttention(16, 4, dropout=0.1)
+    assert list(gqa.state_dict()) == list(mha.state_dict())
+    gqa.load_state_dict(mha.state_dict())
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    calls = {
+        "self": dict(query=x),
+        "cross": dict(query=x, key=memory, value=memory, mask=attention.padding_mask([7, 3])),
+        "causal": dict(query=x, is_causal=True),
+        "padding": dict(query=x, mask=attention.padding_mask([5, 2]), is_causal=True),
+        "bias": dict(query=x, score_bias=torch.randn(2, 4, 5, 5), mask=torch.rand(2, 5, 5) < 0.7),
+    }
+    for training in (False, True):  # in training mode, dropout draws the same numbers from the same seed
+        outputs = []
+        for layer in (mha, gqa):
+            layer.train(training)
+            torch.manual_seed(12)
+            outputs.append(layer(**calls[kind], return_weights=return_weights))
+        for ours, theirs in zip(*(out if return_weights else (out,) for out in outputs)):
+            assert torch.equal(ours, theirs), (kind, training)
+    every_block = [blocks.EncoderBlock(16, 4), blocks.DecoderBlock(16, 4), blocks.EncoderBlock(16, 4, rope=True)]
+    assert all(isinstance(block.self_attn, attention.GroupedQueryAttention) for block in every_block)

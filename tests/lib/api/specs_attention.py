@@ -61,6 +61,7 @@ def _(s):
     attention.scaled_dot_product_attention,
     {**SEQ, "bias": (0, 1)},
     reference=_sdpa_reference,
+    nan_spreads=True,
 )
 def _(s):
     return attention.scaled_dot_product_attention, dict(
@@ -101,7 +102,7 @@ def _(s):
     )
 
 
-@spec("attention.AdditiveAttention", attention.AdditiveAttention, SEQ)
+@spec("attention.AdditiveAttention", attention.AdditiveAttention, SEQ, nan_spreads=True)
 def _(s):
     return _module(lambda: attention.AdditiveAttention(s.D, s.D + 1, 4)), dict(
         query=Tensor(s.B, s.Tq, s.D, seq=1),
@@ -128,12 +129,24 @@ def _attention_call(s, layer, **extra):
     )
 
 
-@spec("attention.MultiHeadAttention (fast path)", attention.MultiHeadAttention, MHA_SIZES, reference=_naive_heads)
+@spec(
+    "attention.MultiHeadAttention (fast path)",
+    attention.MultiHeadAttention,
+    MHA_SIZES,
+    reference=_naive_heads,
+    nan_spreads=True,
+)
 def _(s):
     return _attention_call(s, _module(lambda: attention.MultiHeadAttention(s.H * s.Dh, s.H)))
 
 
-@spec("attention.MultiHeadAttention (explicit path)", attention.MultiHeadAttention, MHA_SIZES, reference=_naive_heads)
+@spec(
+    "attention.MultiHeadAttention (explicit path)",
+    attention.MultiHeadAttention,
+    MHA_SIZES,
+    reference=_naive_heads,
+    nan_spreads=True,
+)
 def _(s):
     return _attention_call(s, _module(lambda: attention.MultiHeadAttention(s.H * s.Dh, s.H)), return_weights=True)
 
@@ -143,6 +156,7 @@ def _(s):
     attention.GroupedQueryAttention,
     {**MHA_SIZES, "kv": (0, 1), "rope": (0, 1), "weights": (0, 1)},
     reference=_naive_heads,
+    nan_spreads=True,
 )
 def _(s):
     s = SimpleNamespace(**{**vars(s), "H": s.H * 2, "Dh": s.Dh * 2})  # H divisible by H_kv, Dh even for RoPE
@@ -270,12 +284,18 @@ def _(s):
     return flash.online_softmax, dict(x=Tensor(s.R, s.n, seq=1), block_size=Int(s.block))
 
 
-@spec("flash.flash_attention", flash.flash_attention, FLASH, reference=_flash_reference)
+@spec("flash.flash_attention", flash.flash_attention, FLASH, reference=_flash_reference, nan_spreads=True)
 def _(s):
     return flash.flash_attention, _flash_args(s)
 
 
-@spec("flash.flash_attention_forward", flash.flash_attention_forward, FLASH, reference=_flash_forward_reference)
+@spec(
+    "flash.flash_attention_forward",
+    flash.flash_attention_forward,
+    FLASH,
+    reference=_flash_forward_reference,
+    nan_spreads=True,
+)
 def _(s):
     return flash.flash_attention_forward, _flash_args(s)
 

@@ -265,6 +265,7 @@ def _(s):
     "graphs.GraphTransformer",
     graphs.GraphTransformer,
     dict(B=(1, 3), N=(1, 5), mask=(0, 1), encoding=(0, 2), weights=(0, 1)),
+    nan_spreads=True,
 )
 def _(s):
     encoding = graphs.ENCODINGS[s.encoding]

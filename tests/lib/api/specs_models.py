@@ -1,7 +1,7 @@
 """API property specs: blocks, models and the vision transformer (the harness is in harness.py)."""
 
 import torch
-from attnbook import blocks, models, vit, vit_experiment
+from attnbook import blocks, gpt2, models, vit, vit_experiment
 from harness import Choice, Const, Ids, Int, Mask, Num, Obj, Tensor, _module, spec
 
 # blocks ---------------------------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def _(s):
     )
 
 
-@spec("blocks.EncoderBlock", blocks.EncoderBlock, {**BLOCK, "causal": (0, 1), "bias": (0, 1)})
+@spec("blocks.EncoderBlock", blocks.EncoderBlock, {**BLOCK, "causal": (0, 1), "bias": (0, 1)}, nan_spreads=True)
 def _(s):
     D = s.H * s.Dh
     return _module(lambda: blocks.EncoderBlock(D, s.H, 4, **VARIANTS[s.variant])), dict(
@@ -65,7 +65,7 @@ def _(s):
     )
 
 
-@spec("blocks.EncoderStack", blocks.EncoderStack, {**BLOCK, "L": (1, 2), "bias": (0, 1)})
+@spec("blocks.EncoderStack", blocks.EncoderStack, {**BLOCK, "L": (1, 2), "bias": (0, 1)}, nan_spreads=True)
 def _(s):
     D = s.H * s.Dh
     return _module(lambda: blocks.EncoderStack(D, s.H, s.L, 4, **VARIANTS[s.variant])), dict(
@@ -90,7 +90,7 @@ def _(s):
     return blocks.masked_mean, dict(x=Tensor(s.B, s.T, s.D, seq=1), keep=Mask(s.B, s.T))
 
 
-@spec("blocks.DecoderBlock", blocks.DecoderBlock, BLOCK)
+@spec("blocks.DecoderBlock", blocks.DecoderBlock, BLOCK, nan_spreads=True)
 def _(s):
     D = s.H * s.Dh
     return _module(lambda: blocks.DecoderBlock(D, s.H, 4, **VARIANTS[s.variant])), dict(
@@ -145,7 +145,7 @@ def _(s):
     )
 
 
-@spec("models.Decoder", models.Decoder, MODEL)
+@spec("models.Decoder", models.Decoder, MODEL, nan_spreads=True)
 def _(s):
     return _module(lambda: models.Decoder(_config(**MODEL_VARIANTS[s.variant]))), dict(
         tgt=Ids(s.B, s.T, vocab=11), memory=Tensor(s.B, s.S, 8, seq=1), memory_mask=Mask(s.B, 1, s.S)
@@ -202,23 +202,23 @@ def _tiny_gpt2():
     return GPT2LMHeadModel(config).eval()
 
 
-@spec("models.gpt2_config", models.gpt2_config, dict(V=(2, 20), L=(1, 3)))
+@spec("gpt2.config_from_hf", gpt2.config_from_hf, dict(V=(2, 20), L=(1, 3)))
 def _(s):
     from transformers import GPT2Config
 
     config = GPT2Config(vocab_size=s.V, n_layer=s.L, n_embd=8, n_head=2, bos_token_id=0, eos_token_id=0)
-    return models.gpt2_config, dict(hf_config=Obj(config))
+    return gpt2.config_from_hf, dict(hf_config=Obj(config))
 
 
 @spec(
-    "models.gpt2_from_hf",
-    models.gpt2_from_hf,
+    "gpt2.from_hf",
+    gpt2.from_hf,
     dict(B=(1, 3), T=(1, 6)),
     reference=lambda call, source, idx: source(idx).logits,
 )
 def _(s):
     def gpt2_logits(source, idx):  # the converted model's logits, against GPT-2's own
-        return models.gpt2_from_hf(source)(idx)
+        return gpt2.from_hf(source)(idx)
 
     return gpt2_logits, dict(source=Obj(_tiny_gpt2()), idx=Ids(s.B, s.T, vocab=11))
 

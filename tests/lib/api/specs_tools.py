@@ -14,7 +14,7 @@ import unicodedata
 import pytest
 import torch
 import torch.nn.functional as F
-from attnbook import attention, blocks, data, export, measure, models, scaling_grid, train, train_lm
+from attnbook import attention, blocks, costs, data, export, measure, models, scaling_grid, train, train_lm
 from harness import (
     FILES,
     Arg,
@@ -130,11 +130,11 @@ def _gpt_for_counting(s):
 
 
 @spec(
-    "measure.transformer_flops",
-    measure.transformer_flops,
+    "costs.transformer_flops",
+    costs.transformer_flops,
     dict(L=(1, 3), D=(1, 3), T=(1, 8)),
     half=False,
-    reference=lambda call, model, seq_len: measure.TransformerFlops(
+    reference=lambda call, model, seq_len: costs.TransformerFlops(
         n=12 * model.config.n_layers * model.config.d_model**2,
         n_layers=model.config.n_layers,
         seq_len=seq_len,
@@ -145,7 +145,7 @@ def _gpt_for_counting(s):
     ),
 )
 def _(s):
-    return measure.transformer_flops, dict(model=Obj(_gpt_for_counting(s)), seq_len=Int(s.T))
+    return costs.transformer_flops, dict(model=Obj(_gpt_for_counting(s)), seq_len=Int(s.T))
 
 
 def _activation_bytes_reference(call, config, batch_size, seq_len, attention, bytes_per_element):
@@ -157,15 +157,15 @@ def _activation_bytes_reference(call, config, batch_size, seq_len, attention, by
 
 
 @spec(
-    "measure.activation_bytes",
-    measure.activation_bytes,
+    "costs.activation_bytes",
+    costs.activation_bytes,
     dict(B=(1, 3), T=(1, 6), D=(1, 3), e=(0, 1)),
     half=False,
     reference=_activation_bytes_reference,
 )
 def _(s):
     config = models.TransformerConfig(vocab_size=11, n_heads=2, d_model=8 * s.D, bias=False, mlp=("relu", "gelu")[s.e])
-    return measure.activation_bytes, dict(
+    return costs.activation_bytes, dict(
         config=Obj(config),
         batch_size=Int(s.B),
         seq_len=Int(s.T),

@@ -52,7 +52,7 @@ EXCLUDED = {
     "decoding.PrefixTable": "a hand-made table of probabilities for the decoding examples (test_decoding)",
     "measure.Timing": "the result type of time_fn",
     "measure.TensorMemoryTracker": "the context manager behind peak_memory, exercised through it",
-    "measure.TransformerFlops": "the result type of transformer_flops",
+    "costs.TransformerFlops": "the result type of transformer_flops",
     "graphs.GraphBatch": "the result type of two_ring_graphs",
     "data.Dataset": "the record of a data file in DATASETS, read by fetch",
     "data.DataNotAvailableError": "the error fetch raises when a file is nowhere (test_data)",
