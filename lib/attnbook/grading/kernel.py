@@ -210,17 +210,29 @@ class _Kernel:
         self.context = zmq.Context()
         self.sockets, self.monitors = {}, {}
         self.poller = zmq.Poller()
-        for name, kind in (("shell", zmq.DEALER), ("iopub", zmq.SUB)):
-            socket = self.context.socket(kind)
-            socket.linger = 0
-            socket.setsockopt(zmq.MAXMSGSIZE, limits.max_output + 2**16)  # a larger message: refused unread
-            if kind == zmq.SUB:
-                socket.setsockopt(zmq.SUBSCRIBE, b"")
-            monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            socket.connect(f"ipc://{info['ip']}-{info[name + '_port']}")
-            self.sockets[name], self.monitors[name] = socket, monitor
-            self.poller.register(socket, zmq.POLLIN)
-            self.poller.register(monitor, zmq.POLLIN)
+        self.max_message = limits.max_output + 2**16
+        self.urls = {name: f"ipc://{info['ip']}-{info[name + '_port']}" for name in ("shell", "iopub")}
+        for name in self.urls:
+            self.connect(name)
+
+    def connect(self, name: str) -> None:
+        """A socket of the grader's for channel ``name`` ("shell" or "iopub"), in place of the one it had."""
+        import zmq
+
+        if name in self.sockets:
+            for old in (self.sockets[name], self.monitors[name]):
+                self.poller.unregister(old)
+                old.close(linger=0)
+        socket = self.context.socket(zmq.SUB if name == "iopub" else zmq.DEALER)
+        socket.linger = 0
+        socket.setsockopt(zmq.MAXMSGSIZE, self.max_message)  # a larger message: refused unread
+        if name == "iopub":
+            socket.setsockopt(zmq.SUBSCRIBE, b"")
+        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        socket.connect(self.urls[name])
+        self.sockets[name], self.monitors[name] = socket, monitor
+        self.poller.register(socket, zmq.POLLIN)
+        self.poller.register(monitor, zmq.POLLIN)
 
     def last_words(self) -> str:
         """The last line the kernel's process wrote to its stderr (why it did not start)."""
@@ -345,7 +357,6 @@ def run_cells(
 def _run(kernel: _Kernel, cells, answers: Path, limits: Limits, run: Run, stop_event) -> None:
     cell_of: dict[str, int] = {}  # msg_id -> index of the cell
     output = [0] * len(cells)  # bytes of output received per cell
-    iopub_lost = False
 
     def take(message, size: int) -> None:  # an iopub message: count it, look for a tick
         index = cell_of.get(message.get("parent_header", {}).get("msg_id", ""))
@@ -366,20 +377,16 @@ def _run(kernel: _Kernel, cells, answers: Path, limits: Limits, run: Run, stop_e
         if any(TICK in text for text in _texts(msg_type, _content(message))):
             run.ticks.add(index)
 
-    def lost(channel: str) -> bool:
-        """A socket dropped its connection: a message over the limit (True for the replies' socket), or the
-        kernel's end (then the next look at the process notices it)."""
-        nonlocal iopub_lost
+    def lost(channel: str, index: int | None) -> bool:
+        """A socket dropped its connection: a message over the limit (True for the replies' socket, which
+        the run cannot do without), or the kernel's end (then the next look at the process notices it)."""
         if kernel.dying():
             return False
         if channel == "lost-shell":
             return True
-        if not iopub_lost:
-            iopub_lost = True
-            run.notes.append(
-                f"a message of more than {_mib(limits.max_output)} was refused; the notebook's output after it "
-                "was not read"
-            )
+        kernel.connect("iopub")  # output from here on is read again
+        where = f" while {_where(cells[index])} ran" if index is not None else ""
+        run.notes.append(f"a message of more than {_mib(limits.max_output)} was refused{where}; it was not read")
         return False
 
     # the kernel is ready when its output channel reaches the grader (a welcome, or the status of a request)
@@ -443,7 +450,7 @@ def _run(kernel: _Kernel, cells, answers: Path, limits: Limits, run: Run, stop_e
                 interrupted, cell_deadline = True, now + _GRACE
             for channel, message, size in kernel.events(min(_POLL, max(0.0, notebook_deadline - now))):
                 if channel.startswith("lost-"):
-                    if lost(channel):  # the kernel's replies can no longer reach the grader
+                    if lost(channel, index):  # the kernel's replies can no longer reach the grader
                         run.stopped = (
                             f"the notebook stopped at {_where(cell)} {elapsed}: the kernel sent a reply larger "
                             f"than {_mib(limits.max_output)}"
@@ -470,4 +477,4 @@ def _run(kernel: _Kernel, cells, answers: Path, limits: Limits, run: Run, stop_e
             if channel == "iopub":
                 take(message, size)
             elif channel == "lost-iopub":
-                lost(channel)
+                lost(channel, None)
