@@ -358,10 +358,14 @@ def _run(kernel: _Kernel, cells, answers: Path, limits: Limits, run: Run, stop_e
     cell_of: dict[str, int] = {}  # msg_id -> index of the cell
     output = [0] * len(cells)  # bytes of output received per cell
 
+    idle: set[int] = set()  # the cells whose output is complete (the kernel went idle after them)
+
     def take(message, size: int) -> None:  # an iopub message: count it, look for a tick
         index = cell_of.get(message.get("parent_header", {}).get("msg_id", ""))
         if index is None:
             return
+        if message["header"]["msg_type"] == "status" and _content(message).get("execution_state") == "idle":
+            idle.add(index)
         before = output[index]
         output[index] += size
         if output[index] > limits.max_output:
@@ -470,9 +474,9 @@ def _run(kernel: _Kernel, cells, answers: Path, limits: Limits, run: Run, stop_e
             run.notes.append(f"{_where(cell)} ran out of memory (the limit is {_mib(limits.max_memory)})")
         if cell.answer:
             run.answers[index] = _read_answer(path)
-    # the output of the last cells may still be on its way: a short wait for it
+    # the output of the last cell may still be on its way: a short wait for it
     until = time.monotonic() + 0.5
-    while time.monotonic() < until:
+    while time.monotonic() < until and len(cells) - 1 not in idle:
         for channel, message, size in kernel.events(0.05):
             if channel == "iopub":
                 take(message, size)
