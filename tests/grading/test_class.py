@@ -43,11 +43,27 @@ def test_an_exercise_block_sets_its_points_with_an_option_the_book_accepts():
     assert '"points": 3.0' in catalog.dumps([ChapterExercises("06_masking", "masking", (exercises[0],))])
 
 
-def test_the_instructor_overrides_points_by_label():
+def test_the_instructor_overrides_points_by_label(tmp_path):
     chapters = grade.load_chapters(points={"ex-qkv-attention": 2.5})
     assert [e.points for e in chapters[CHAPTER].exercises] == [2.5, 1.0, 1.0, 1.0]
     with pytest.raises(ValueError, match="no exercise has the label ex-nowhere"):
         grade.load_chapters(points={"ex-nowhere": 1})
+    (tmp_path / "points.json").write_text('{"ex-qkv-std": 0.5}')
+    printed = StringIO()
+    with redirect_stdout(printed):
+        assert grade.main(["exercises", CHAPTER, "--points", str(tmp_path / "points.json")]) == 0
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == CHAPTER and len(lines) == 1 + len(BOOK.exercises)
+    assert lines[1].split() == ["ex-qkv-attention", "1", "point", "Scaled", "dot-product", "attention"]
+    assert lines[4].split()[:3] == ["ex-qkv-std", "0.5", "points"]
+
+
+def test_the_old_command_is_an_alias_for_one_release():
+    run = subprocess.run(
+        [sys.executable, "-m", "attnbook.exercises.grade", "exercises", CHAPTER], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and run.stdout.splitlines()[1].split()[0] == "ex-qkv-attention"
+    assert "python -m attnbook.exercises.grade is now python -m attnbook.grading" in run.stderr
 
 
 # --- which page of a chapter ----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
     python -m attnbook.grading submissions/*.ipynb --csv grades.csv      # grade a class
     python -m attnbook.grading autograder 04_queries_keys_values -o gs/  # a Gradescope autograder
     python -m attnbook.grading gradescope /autograder                    # what the autograder runs
+    python -m attnbook.grading exercises 04_queries_keys_values          # a chapter's exercises and points
 
 Grading a class keeps one result per notebook in the output folder (``-o``, by default the CSV's name
 without ``.csv``, else ``grades/``), grades only what has no result yet (``--regrade``: all again),
@@ -88,7 +89,13 @@ def _user(name: str | None) -> tuple[int, int] | None:
 def _grade(argv: list[str]) -> int:
     from . import classroom, feedback, grade
 
-    parser = argparse.ArgumentParser(prog="python -m attnbook.grading", description=grade.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook.grading",
+        description="Grade learners' notebooks with the book's checkers, several at once, believing only outcomes "
+        "the grader computes itself; results are kept in a folder, so a rerun grades only what is missing.",
+        epilog="Other commands: python -m attnbook.grading autograder CHAPTER -o DIR (a Gradescope autograder); "
+        "python -m attnbook.grading exercises [CHAPTER] (labels and points). See the book's instructor guide.",
+    )
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--csv", type=Path, help="write the outcomes, points and totals to this CSV file")
     parser.add_argument("-o", "--out", type=Path, help="the results folder (default: the CSV's name, else grades/)")
@@ -181,6 +188,26 @@ def _gradescope(argv: list[str]) -> int:
     return gradescope.run(parser.parse_args(argv).root)
 
 
+def _exercises(argv: list[str]) -> int:
+    from . import grade
+
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook.grading exercises", description="List the chapters' exercises: label, points, title."
+    )
+    parser.add_argument("chapters", nargs="*", help="chapter notebooks' file stems (default: all)")
+    parser.add_argument("--points", type=Path, help="a JSON file of points by exercise label, as for grading")
+    args = parser.parse_args(argv)
+    chapters = grade.load_chapters(points=_points(args.points))
+    unknown = [c for c in args.chapters if c not in chapters]
+    if unknown:
+        parser.error(f"not a chapter with exercises: {', '.join(unknown)}; known: {', '.join(chapters)}")
+    for name in args.chapters or chapters:
+        print(name)
+        for e in chapters[name].exercises:
+            print(f"  {e.label or '(no label)':<28} {e.points:g} point{'' if e.points == 1 else 's'}  {e.title}")
+    return 0
+
+
 def _interrupt_on_sigterm():
     """SIGTERM stops grading as Ctrl-C does (everything started is stopped); the previous handler."""
 
@@ -194,7 +221,8 @@ def _interrupt_on_sigterm():
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = {"autograder": _autograder, "gradescope": _gradescope}.get(argv[0] if argv else "", _grade)
+    commands = {"autograder": _autograder, "gradescope": _gradescope, "exercises": _exercises}
+    command = commands.get(argv[0] if argv else "", _grade)
     if command is not _grade:
         argv = argv[1:]
     previous = _interrupt_on_sigterm()
