@@ -144,6 +144,26 @@ def test_a_cell_that_ignores_interrupts_is_killed_with_everything_it_started(tmp
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
 
 
+def test_only_regular_files_of_bounded_size_are_read_as_answers(tmp_path):
+    from attnbook.grading import kernel
+
+    def status(name, text='{"status": "ok"}'):
+        (tmp_path / f"{name}.json").write_text(text)
+        return tmp_path / name
+
+    (tmp_path / "fine.pkl").write_bytes(cloudpickle.dumps(42))
+    assert cloudpickle.loads(kernel._read_answer(status("fine"))["pickle"]) == 42
+    os.mkfifo(tmp_path / "pipe.pkl")  # reading it would wait for a writer forever
+    (tmp_path / "link.pkl").symlink_to("/dev/zero")  # reading it would never end
+    with open(tmp_path / "huge.pkl", "wb") as handle:
+        handle.truncate(kernel.MAX_ANSWER_BYTES + 1)
+    for name in ("pipe", "link", "huge"):
+        answer = kernel._read_answer(status(name))
+        assert answer["status"] == "error" and "pickle" not in answer, (name, answer)
+    assert kernel._read_answer(status("forged", '{"status": "passed"}'))["status"] == "error"
+    assert kernel._read_answer(tmp_path / "never-written") == {}
+
+
 # --- a class with every kind of stop, graded in parallel ------------------------------------------------------------
 
 ENDLESS = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"

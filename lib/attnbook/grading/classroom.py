@@ -164,14 +164,13 @@ def grade_class(
         if submission.result is None:
             todo.setdefault(file, []).append(submission)
     stop_event = threading.Event()
-    mark = uuid.uuid4().hex  # every recording server of this run carries it
     servers: list[sandbox.CheckServer] = []
     local = threading.local()
     threads = max(1, cores() // jobs)
 
     def work(submission: Submission) -> Graded:
         if not hasattr(local, "server"):
-            local.server = sandbox.CheckServer(memory=limits.max_memory, user=user, mark=mark)
+            local.server = sandbox.CheckServer(memory=limits.max_memory, user=user)
             servers.append(local.server)
         return grade_submission(
             submission.path,
@@ -187,8 +186,7 @@ def grade_class(
 
     def close() -> None:
         for server in servers:
-            server.close()
-        sandbox.sweep(mark)
+            server.close()  # and every process it forked
         bar.close()
 
     bar = tqdm(total=len(todo), unit="notebook", disable=None if progress is None else not progress)

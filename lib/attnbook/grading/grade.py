@@ -221,6 +221,10 @@ def _plan(nb, chapter: catalog.ChapterExercises) -> _Plan:
 
 # --- the verdict ------------------------------------------------------------------------------------------------
 
+# Checkers may seed PyTorch's global generator (inside torch.random.fork_rng): notebooks graded in parallel
+# threads replay their checks one at a time, so that every replay draws what its recording drew.
+_ONE_AT_A_TIME = threading.Lock()
+
 _WHY = {
     "timeout": "the check did not finish within {timeout:.0f} s",
     "ended": "your code ended the process that checked it (for example with os._exit, or a crash)",
@@ -266,7 +270,8 @@ def _check(module: str, e: catalog.Exercise, answer: dict, stopped: str, server:
     if why:
         return FAILED, _WHY.get(why, why).format(timeout=timeout), ""
     try:
-        return _verdict(module, e.checker, replay.load_record(record))
+        with _ONE_AT_A_TIME:
+            return _verdict(module, e.checker, replay.load_record(record))
     except replay.RecordMismatch as mismatch:
         return FAILED, "the check could not be reproduced", f"tampering: {mismatch}"
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from . import sandbox
 __all__ = ["Limits", "DEFAULT_LIMITS", "Cell", "Run", "run_cells", "TICK", "MAX_ANSWER_BYTES"]
 
 TICK = "\u2713"
-MAX_ANSWER_BYTES = 256 * 2**20  # an answer's pickle larger than this is not taken
+MAX_ANSWER_BYTES = 64 * 2**20  # an answer's pickle larger than this is not taken
 _GRACE = 5.0  # seconds a cell has to stop after it is interrupted
 _START = 120.0  # seconds a kernel has to start (not the learner's time)
 _POLL = 0.1  # seconds between two looks at the kernel's process
@@ -305,23 +306,37 @@ def _content(message) -> dict:
     return content if isinstance(content, dict) else {}
 
 
-def _read_answer(path: Path) -> dict:
-    """The status a cell of :func:`answer_code` wrote at ``path`` (.json), with the pickle's bytes if ok."""
+def _read_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (not a link, a pipe or a device); ValueError when over ``limit``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
-        status_file = path.with_suffix(".json")
-        if status_file.stat().st_size > 2**16:
-            return {"status": "error", "message": "its status file is too large"}
-        answer = json.loads(status_file.read_text())
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise ValueError(f"{path.name} is not a regular file of at most {limit} bytes")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"{path.name} is over {limit} bytes")
+    return data
+
+
+def _read_answer(path: Path) -> dict:
+    """The status a cell of :func:`answer_code` wrote at ``path`` (.json), with the pickle's bytes if ok;
+    {} when there is none. The learner's code could have put anything there: only regular files of
+    bounded size are read."""
+    try:
+        answer = json.loads(_read_file(path.with_suffix(".json"), 2**16))
         if not isinstance(answer, dict) or answer.get("status") not in ("ok", "missing", "error"):
             return {"status": "error", "message": "its status file is not the grader's"}
         if answer["status"] == "ok":
-            data = path.with_suffix(".pkl")
-            if data.stat().st_size > MAX_ANSWER_BYTES:
-                return {"status": "error", "message": f"its pickle is over {MAX_ANSWER_BYTES} bytes"}
-            answer["pickle"] = data.read_bytes()
+            answer["pickle"] = _read_file(path.with_suffix(".pkl"), MAX_ANSWER_BYTES)
         return answer
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as error:  # a link, a pipe, a device, too large, not JSON
+        return {"status": "error", "message": f"its file could not be read ({type(error).__name__}: {error})"[:300]}
 
 
 def run_cells(

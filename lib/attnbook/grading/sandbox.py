@@ -239,10 +239,14 @@ def main(argv: list[str] | None = None) -> int:
 class CheckServer:
     """The grader's end of the recording server: one for many notebooks, since it never runs the learner's
     code; it forks a fresh process for each exercise. ``memory`` (bytes, 0: no limit) and ``user`` (uid,
-    gid) apply to those processes; ``mark`` is put in the server's environment (see :func:`stop`)."""
+    gid) apply to those processes. The server and every process it forks carry a mark of their own in their
+    environment, so that closing the server stops them all, even a check's process whose server was
+    killed under it (see :func:`stop`)."""
 
-    def __init__(self, *, memory: int = 0, user: tuple[int, int] | None = None, mark: str | None = None):
-        self.memory, self.user, self.mark = memory, user, mark
+    def __init__(self, *, memory: int = 0, user: tuple[int, int] | None = None):
+        import uuid
+
+        self.memory, self.user, self.mark = memory, user, uuid.uuid4().hex
         self._process = None
         self._folder = None
 
@@ -254,7 +258,7 @@ class CheckServer:
 
     def _start(self):
         self._folder = tempfile.TemporaryDirectory(prefix="attnbook-check-")
-        env = dict(os.environ, **({MARK: self.mark} if self.mark else {}))
+        env = dict(os.environ, **{MARK: self.mark})
         self._process = subprocess.Popen(
             [sys.executable, "-m", "attnbook.grading.sandbox"],
             cwd=self._folder.name,
@@ -272,7 +276,7 @@ class CheckServer:
                 self._process.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-            stop(self._process.pid)
+            stop(self._process.pid, self.mark)
             self._process.wait()
             self._process = None
         if self._folder is not None:
