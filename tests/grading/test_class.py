@@ -75,6 +75,7 @@ def test_pages_that_share_a_checker_module_are_told_apart():
         return ChapterExercises(name, "masking", exercises)
 
     chapters = {"06_1_causal": page("06_1_causal", ["causal", "leak"]), "06_2_padding": page("06_2_padding", ["pad"])}
+    chapters["06_masking"] = ChapterExercises("06_masking", "", ())  # the chapter's first page, without exercises
     code = nbformat.v4.new_code_cell
     importing = [code("from attnbook.exercises import masking as ex")]
     by_checks = nbformat.v4.new_notebook(cells=importing + [code("ex.check_pad(my_pad)")])
@@ -85,6 +86,8 @@ def test_pages_that_share_a_checker_module_are_told_apart():
     assert grade.identify_chapter(empty, Path("Copy of 06_2_padding.ipynb"), chapters).chapter == "06_2_padding"
     with pytest.raises(grade.ChapterUnknown, match="cannot tell which chapter"):
         grade.identify_chapter(nbformat.v4.new_notebook(cells=importing), Path("homework.ipynb"), chapters)
+    with pytest.raises(grade.ChapterUnknown, match="06_masking.ipynb is 06_masking, which has no exercises"):
+        grade.identify_chapter(by_checks, Path("06_masking.ipynb"), chapters)
 
 
 # --- a class in a results folder --------------------------------------------------------------------------------------

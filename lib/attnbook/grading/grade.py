@@ -101,9 +101,10 @@ class ChapterUnknown(ValueError):
 def load_chapters(
     source: Path | str | None = None, points: dict[str, float] | None = None
 ) -> dict[str, catalog.ChapterExercises]:
-    """The chapters' exercises: the installed list by default, or a ``chapters.json`` file, or a folder of
-    chapter notebooks (``NN_name.ipynb``) read with the book's own parser. ``points`` overrides what
-    exercises are worth, by label (``{"ex-qkv-attention": 2}``); a label no chapter has is an error."""
+    """The chapters' exercises that have a check cell: the installed list by default, or a ``chapters.json``
+    file, or a folder of chapter notebooks (``NN_name.ipynb``) read with the book's own parser. ``points``
+    overrides what exercises are worth, by label (``{"ex-qkv-attention": 2}``); a label no chapter has is an
+    error."""
     if source is None:
         chapters = catalog.load()
     elif Path(source).is_dir():
@@ -115,6 +116,8 @@ def load_chapters(
         }
     else:
         chapters = catalog.load(source)
+    for name, c in chapters.items():  # an exercise without a check cell is left to the instructor
+        chapters[name] = replace(c, exercises=tuple(e for e in c.exercises if e.checker))
     if points:
         labels = {e.label for c in chapters.values() for e in c.exercises}
         unknown = sorted(set(points) - labels)
@@ -133,14 +136,19 @@ def _code_sources(nb) -> list[str]:
 def identify_chapter(
     nb, path: Path, chapters: dict[str, catalog.ChapterExercises], chapter: str | None = None
 ) -> catalog.ChapterExercises:
-    """The chapter of notebook ``nb`` read from ``path`` (see the module docstring for the order)."""
+    """The chapter of notebook ``nb`` read from ``path`` (see the module docstring for the order); a page
+    without exercises is named but not returned."""
     if chapter is not None:
-        if chapter not in chapters:
-            raise ChapterUnknown(f"--chapter {chapter!r} is not a chapter with exercises; known: {', '.join(chapters)}")
+        if not chapters.get(chapter, catalog.ChapterExercises("", "", ())).exercises:
+            known = ", ".join(name for name, c in chapters.items() if c.exercises)
+            raise ChapterUnknown(f"--chapter {chapter!r} is not a chapter notebook with exercises; known: {known}")
         return chapters[chapter]
     by_name = [name for name in chapters if name in path.stem]
     if by_name:
-        return chapters[max(by_name, key=len)]
+        found = chapters[max(by_name, key=len)]
+        if not found.exercises:
+            raise ChapterUnknown(f"{path.name} is {found.chapter}, which has no exercises to grade")
+        return found
     sources = _code_sources(nb)
     stripped = {s.strip() for s in sources}
     titles = {
@@ -315,7 +323,7 @@ def grade_submission(
             found.chapter,
             [Outcome(name, found.chapter, e.title, FAILED, unread, "", 0.0, e.points) for e in found.exercises],
         )
-    for module in {c.module for c in chapters.values()}:  # every checker is loaded before any learner code runs
+    for module in {c.module for c in chapters.values() if c.module}:  # every checker, before any learner code runs
         importlib.import_module(f"attnbook.exercises.{module}")
     plan = _plan(nb, found)
     with tempfile.TemporaryDirectory(prefix="attnbook-grade-") as folder:

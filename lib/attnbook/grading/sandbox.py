@@ -212,7 +212,7 @@ def serve(stdin=None, stdout=None) -> int:
 
     from . import catalog
 
-    for module in sorted({c.module for c in catalog.load().values()}):
+    for module in sorted({c.module for c in catalog.load().values() if c.module}):  # pages may have no exercises
         importlib.import_module(f"attnbook.exercises.{module}")
     while True:
         header = read_frame(stdin)
