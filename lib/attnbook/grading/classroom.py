@@ -30,7 +30,17 @@ from . import catalog, sandbox
 from .grade import PASSED, ChapterUnknown, Graded, Outcome, grade_submission, identify_chapter
 from .kernel import DEFAULT_LIMITS, Limits
 
-__all__ = ["Submission", "Interrupted", "checkers_version", "submissions", "grade_class", "write_csv", "FORMAT"]
+__all__ = [
+    "Submission",
+    "Interrupted",
+    "checkers_version",
+    "submissions",
+    "grade_class",
+    "write_csv",
+    "summary",
+    "cores",
+    "FORMAT",
+]
 
 FORMAT = 1
 CSV_COLUMNS = ["notebook", "chapter", "exercise", "status", "message", "flag", "points", "max_points"]
