@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from attnbook.exercises import catalog, grade, replay
+from attnbook.grading import catalog, grade, replay
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "book" / "_ext"))

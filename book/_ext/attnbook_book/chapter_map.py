@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from attnbook.exercises import catalog
+from attnbook.grading import catalog
 
 LABEL = re.compile(r"^\((ch-[A-Za-z0-9_-]+)\)=\s*$", re.M)
 TITLE = re.compile(r"^# (.+)$", re.M)
@@ -199,7 +199,7 @@ class Exercise:
 def exercises(srcdir: Path) -> list[Exercise]:
     """Every exercise of the numbered chapters' pages, with the checker its check cell calls.
 
-    The pages are read by :func:`attnbook.exercises.catalog.parse_notebook`, the parser the grader's
+    The pages are read by :func:`attnbook.grading.catalog.parse_notebook`, the parser the grader's
     list of exercises comes from.
     """
     found = []

@@ -26,7 +26,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 import yaml
-from attnbook.exercises import catalog
+from attnbook.grading import catalog
 
 REPO = Path(__file__).resolve().parents[3]
 CHAPTERS = REPO / "chapters"

@@ -112,7 +112,7 @@ def _difference(got: Any, expected: Any, atol: float, rtol: float) -> str | None
 
 def _where_it_raised(fn: Callable, error: BaseException) -> str:
     """The line of the learner's own code that raised, if the error came from inside it."""
-    recorded = getattr(error, "_attnbook_where", None)  # an error replayed by the grader (see .replay)
+    recorded = getattr(error, "_attnbook_where", None)  # an error replayed by the grader (attnbook.grading.replay)
     if isinstance(recorded, str):
         return recorded
     code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)  # a checker's wrapper names the learner's fn

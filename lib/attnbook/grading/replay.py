@@ -7,12 +7,15 @@ back with the library's reference. When grading, those two halves run in differe
    learner's answer, and every call the checker makes into the learner's code is written down, as data
    only: a digest of the arguments and what came back (numbers, tensors, a module's structure and
    weights, or the exception raised). Nothing in this process is believed. Each exercise gets its own
-   such process, forked by a server (``python -m attnbook.exercises.replay``) that has imported the
-   checkers and never runs the learner's code; the answer reaches it through a pipe and the record comes
-   back through a pipe of its own, so one exercise's code cannot touch another exercise's record.
+   such process, forked by a server that has imported the checkers and never runs the learner's code
+   (:mod:`attnbook.grading.sandbox`); the answer reaches it through a pipe and the record comes back
+   through a pipe of its own, so one exercise's code cannot touch another exercise's record.
 2. **Replay**, in the grader's own process, which never runs the learner's code: the same checker runs
    again on a stand-in that returns the recorded results instead of calling anything. The verdict (the
    :class:`~attnbook.exercises.Result` or :class:`~attnbook.exercises.ExerciseFailed`) is this run's.
+
+This module is the data model of the record and the two halves that use it; the processes and pipes are
+:mod:`attnbook.grading.sandbox`'s.
 
 The record is read with ``torch.load(weights_only=True)``, which rebuilds tensors and plain containers and
 refuses any other object, so reading it runs no code of the learner. Whatever the learner's code did in
@@ -32,13 +35,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
-import json
-import os
-import select
-import signal
-import struct
 import sys
-import time
 from collections import deque
 from typing import Any
 
@@ -52,7 +49,6 @@ __all__ = [
     "LearnerExit",
     "record_exercise",
     "load_record",
-    "serve",
     "MAX_RECORD_BYTES",
 ]
 
@@ -165,7 +161,7 @@ class Recorder:
         """What the checker is given: the answer itself for a value, a recording wrapper for a callable."""
         if not callable(answer):
             return answer
-        from . import _where_it_raised
+        from attnbook.exercises import _where_it_raised
 
         return self._recording(answer, lambda error: _where_it_raised(answer, error))
 
@@ -292,111 +288,6 @@ def record_exercise(module: str, checker: str, answer: bytes) -> dict:
         pass
     record["calls"] = recorder.calls
     return record
-
-
-# --- the server that forks one recording process per exercise ----------------------------------------------
-
-_FRAME = struct.Struct(">Q")
-
-
-def read_frame(stream, limit: int = 2**31) -> bytes | None:
-    """One length-prefixed message from ``stream``; None at the end of the stream."""
-    head = stream.read(_FRAME.size)
-    if len(head) < _FRAME.size:
-        return None
-    (size,) = _FRAME.unpack(head)
-    if size > limit:
-        raise ValueError(f"a message of {size} bytes is over the limit of {limit}")
-    data = stream.read(size)
-    return data if len(data) == size else None
-
-
-def write_frame(stream, data: bytes) -> None:
-    stream.write(_FRAME.pack(len(data)) + data)
-
-
-def _isolate(keep: int) -> None:
-    """In a forked child: stdin, stdout and stderr to /dev/null, every other inherited descriptor closed."""
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.closerange(3, keep)
-    os.closerange(keep + 1, max(keep + 2, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096))
-
-
-def _record_in_child(job: dict, answer: bytes) -> tuple[dict, bytes]:
-    """Fork a process that records one exercise; its record comes back through a pipe of its own."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: the only process that runs the learner's code
-        status = 1
-        try:
-            os.setsid()  # its own process group, so that everything it starts can be stopped with it
-            _isolate(keep=write_end)
-            buffer = io.BytesIO()
-            torch.save(record_exercise(job["module"], job["checker"], answer), buffer)
-            view = memoryview(buffer.getvalue())
-            while view:
-                view = view[os.write(write_end, view) :]
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    chunks, size, why = [], 0, ""
-    deadline = time.monotonic() + float(job["timeout"])
-    while True:
-        left = deadline - time.monotonic()
-        ready = select.select([read_end], [], [], left)[0] if left > 0 else []
-        if not ready:
-            why = "timeout"
-            break
-        chunk = os.read(read_end, 1 << 20)
-        if not chunk:
-            break
-        size += len(chunk)
-        if size > MAX_RECORD_BYTES:
-            why = "too large"
-            break
-        chunks.append(chunk)
-    os.close(read_end)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # the child if it is still running, and whatever it started
-    except (ProcessLookupError, PermissionError):
-        pass
-    os.waitpid(pid, 0)
-    if not why and not chunks:
-        why = "ended"
-    return {"why": why}, (b"" if why else b"".join(chunks))
-
-
-def serve(stdin=None, stdout=None) -> int:
-    """Answer jobs until stdin ends: a JSON frame ``{"module", "checker", "timeout"}`` then the pickled
-    answer; the reply is a JSON frame ``{"why": ""}`` (or "timeout", "ended", "too large") then the record."""
-    stdin = stdin or sys.stdin.buffer
-    stdout = stdout or sys.stdout.buffer
-    import cloudpickle  # noqa: F401 - imported once here, so that each forked child starts at once
-
-    from . import catalog
-
-    for module in sorted({c.module for c in catalog.load().values()}):
-        importlib.import_module(f"attnbook.exercises.{module}")
-    while True:
-        header = read_frame(stdin)
-        answer = read_frame(stdin) if header is not None else None
-        if answer is None:
-            return 0
-        reply, record = _record_in_child(json.loads(header), answer)
-        write_frame(stdout, json.dumps(reply).encode())
-        write_frame(stdout, record)
-        stdout.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m attnbook.exercises.replay``: the recording server, spoken to through stdin and stdout."""
-    if not hasattr(os, "fork"):
-        print("grading needs a system with fork() (Linux or macOS)", file=sys.stderr)
-        return 2
-    return serve()
 
 
 # --- replaying (in the grader's process; no code of the learner runs here) ------------------------------
@@ -592,7 +483,3 @@ class Replayer:
 
         replayer = self
         return build(data.get("tree"), True, 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,13 +1,17 @@
-"""The chapters' exercises, read from the chapters themselves: title, label, checker, answer and check cell.
+"""The chapters' exercises, read from the chapters themselves: title, label, points, checker, answer, check cell.
 
 A chapter's exercise is an ``{exercise}`` block; the stub cell after it defines the answer, a
 ``{solution-start}`` block holds the solution, and the first code cell after it that calls
 ``ex.check_<name>(<answer>)`` (``ex`` being the chapter's ``attnbook.exercises`` submodule) checks it.
-:func:`parse_cells` reads that from a notebook's cells. The book's build uses it for the instructor
-guide's table; ``make sync`` writes what it finds for every chapter to ``chapters.json`` next to this
-module, so that the grader (:mod:`attnbook.exercises.grade`) knows every chapter's exercises and check
-cells from an installed package, without the book's sources; a test checks that the file equals what
-the chapters say.
+An exercise is worth one point unless its block says otherwise with the class option, which the book's
+build accepts (``:class: points-3`` for three points; whole points only). :func:`parse_cells` reads
+all that from a notebook's cells. The book's build uses it for the instructor guide's table; ``make
+sync`` writes what it finds for every chapter to ``attnbook/exercises/chapters.json``, so that the
+grader (:mod:`attnbook.grading`) knows every chapter's exercises and check cells from an installed
+package, without the book's sources; a test checks that the file equals what the chapters say.
+
+A "chapter" here is one notebook, named by its file stem: a chapter whose pages are notebooks of their
+own (``05_1_...``, ``05_2_...``) has one entry per page, and pages may share a checker module.
 """
 
 from __future__ import annotations
@@ -15,14 +19,26 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-__all__ = ["Exercise", "ChapterExercises", "parse_cells", "parse_notebook", "load", "dumps", "MANIFEST"]
+__all__ = [
+    "Exercise",
+    "ChapterExercises",
+    "block_exercise",
+    "parse_cells",
+    "parse_notebook",
+    "load",
+    "dumps",
+    "MANIFEST",
+]
 
-MANIFEST = Path(__file__).resolve().with_name("chapters.json")
+MANIFEST = Path(__file__).resolve().parents[1] / "exercises" / "chapters.json"
 
-EXERCISE = re.compile(r"^```\{exercise\}\s*(.*?)\n(?::label:\s*(\S+))?", re.M)
+# an exercise block's first line (backtick or colon fence), then its options, one ``:name: value`` a line
+EXERCISE = re.compile(r"^(?:`{3,}|:{3,})\{exercise\}[ \t]*(.*?)[ \t]*\n((?:[ \t]*:[\w-]+:.*(?:\n|$))*)", re.M)
+_OPTION = re.compile(r"^[ \t]*:([\w-]+):[ \t]*(.*?)[ \t]*$", re.M)
+_POINTS = re.compile(r"^points-(\d+)$")
 CHECK_CALL = re.compile(r"\bex\.(check_\w+)\(")
 CHECKER_MODULE = re.compile(r"from attnbook\.exercises import (\w+) as ex")
 
@@ -36,6 +52,7 @@ class Exercise:
     checker: str = ""  # the function of the chapter's checker module, e.g. "check_attention"
     answer: str = ""  # the name the check cell passes to it, e.g. "my_attention"
     check: str = ""  # the check cell's source, e.g. "ex.check_attention(my_attention)"
+    points: float = 1.0  # what the exercise is worth when passed; 0 when failed or not attempted
 
 
 @dataclass(frozen=True)
@@ -66,6 +83,13 @@ def _answer_of(source: str) -> str:
     raise ValueError(f"a check cell must be a single call ex.check_<name>(<answer>) on one name, got {source!r}")
 
 
+def block_exercise(match: re.Match) -> Exercise:
+    """The exercise an ``{exercise}`` block (a match of :data:`EXERCISE`) states: title, label and points."""
+    options = dict(_OPTION.findall(match.group(2)))
+    points = [int(m.group(1)) for c in options.get("class", "").split() for m in [_POINTS.match(c)] if m]
+    return Exercise(match.group(1).strip(), options.get("label", ""), points=float(points[0]) if points else 1.0)
+
+
 def parse_cells(cells) -> tuple[str, list[Exercise]]:
     """The checker module and the exercises of a chapter, from its cells as ``(cell_type, source, tags)``."""
     module = next(
@@ -75,12 +99,12 @@ def parse_cells(cells) -> tuple[str, list[Exercise]]:
     pending: list[Exercise] = []
     for kind, src, tags in cells:
         if kind == "markdown":
-            pending += [Exercise(m.group(1).strip(), m.group(2) or "") for m in EXERCISE.finditer(src)]
+            pending += [block_exercise(m) for m in EXERCISE.finditer(src)]
         elif pending and "solution" not in tags:
             call = CHECK_CALL.search(src)
             if call and module:
                 first = pending.pop(0)
-                found.append(Exercise(first.title, first.label, call.group(1), _answer_of(src), src.strip()))
+                found.append(replace(first, checker=call.group(1), answer=_answer_of(src), check=src.strip()))
     return module, found + pending
 
 
@@ -95,11 +119,18 @@ def parse_notebook(nb, chapter: str) -> ChapterExercises:
     return ChapterExercises(chapter, module, tuple(exercises))
 
 
+def _entry(exercise: Exercise) -> dict:
+    entry = asdict(exercise)
+    if entry["points"] == 1.0:  # the default is left out
+        del entry["points"]
+    return entry
+
+
 def dumps(chapters: list[ChapterExercises]) -> str:
     """The manifest's JSON text for these chapters."""
     return (
         json.dumps(
-            {c.chapter: {"module": c.module, "exercises": [asdict(e) for e in c.exercises]} for c in chapters},
+            {c.chapter: {"module": c.module, "exercises": [_entry(e) for e in c.exercises]} for c in chapters},
             indent=1,
             ensure_ascii=False,
         )
