@@ -12,8 +12,8 @@
   (``static/plotly-book.js``) also lays plotly figures out for phones and gives them a text alternative and
   keyboard control;
 - for readers of every kind (WCAG 2.1 AA, checked by ``a11y`` in the site tests): replaces the theme's search
-  field (``templates/``), names the widgets' slider handles, gives the bibliography list items, and makes
-  links, focus and captions visible in both colour modes.
+  field and colour-mode button (``templates/``), names the widgets' slider handles and the toggles of folded
+  code, gives the bibliography list items, and makes links, focus and captions visible in both colour modes.
 """
 
 from __future__ import annotations
@@ -213,12 +213,24 @@ def add_templates(app, config) -> None:
     config.templates_path = [str(TEMPLATES), *config.templates_path]
 
 
-def bibliography_roles(app, pagename, templatename, context, doctree) -> None:
-    """The bibliography as a list of list items: docutils gives each entry the deprecated ARIA role
-    ``doc-biblioentry``, which is no list item, inside its ``role="list"``."""
+# Markup of docutils and myst-nb that screen readers get wrong, and what the book writes instead:
+# - the bibliography's entries carry the deprecated ARIA role ``doc-biblioentry``, which is no list item,
+#   inside a ``role="list"``: list items;
+# - the toggle of a folded code cell is named "Toggle hidden content", not what it shows ("Show code cell
+#   source"): named by what it shows.
+MARKUP_FIXES = [
+    ('role="doc-biblioentry"', 'role="listitem"'),
+    ('<summary aria-label="Toggle hidden content">', "<summary>"),
+]
+
+
+def fix_markup(app, pagename, templatename, context, doctree) -> None:
     body = context.get("body")
-    if body and 'role="doc-biblioentry"' in body:
-        context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
+    for old, new in MARKUP_FIXES:
+        if body and old in body:
+            body = body.replace(old, new)
+    if body:
+        context["body"] = body
 
 
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -366,7 +378,7 @@ def setup(app):
     app.connect("builder-inited", check_assets)
     app.connect("config-inited", add_templates)
     app.connect("html-page-context", dedupe_scripts, priority=900)
-    app.connect("html-page-context", bibliography_roles)
+    app.connect("html-page-context", fix_markup)
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
     app.add_css_file(THEME_CSS)

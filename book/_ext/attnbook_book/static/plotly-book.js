@@ -247,6 +247,7 @@
     if (!isFinite(v)) return String(v);
     var a = Math.abs(v);
     if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2).replace("e+", "e");
+    if (Number.isInteger(v)) return String(v);
     return String(+v.toPrecision(3));
   }
 
@@ -270,18 +271,23 @@
     return t.type + " chart";
   }
 
-  function axisText(full, name) {
-    var ax = full[name];
+  function titleOf(layout) { // the text of a title as the figure gives it (a string or {text: ...}), else ""
+    var t = layout && layout.title;
+    return clean(t && typeof t === "object" ? t.text : t);
+  }
+
+  function axisText(gd, name) {
+    var ax = gd._fullLayout[name];
     if (!ax) return "";
-    var title = clean(ax.title && ax.title.text) || (name[0] === "x" ? "horizontal axis" : "vertical axis");
+    var title = titleOf(gd.layout[name]) || (name[0] === "x" ? "horizontal axis" : "vertical axis");
     var out = title + (ax.type === "log" ? " (log scale)" : "");
     if (ax.type === "category" || !ax.range) return out;
     var r = ax.type === "log" ? ax.range.map(function (v) { return Math.pow(10, v); }) : ax.range;
     return out + ", from " + num(Math.min(r[0], r[1])) + " to " + num(Math.max(r[0], r[1]));
   }
 
-  function traceText(t) {
-    var name = clean(t.name), out = name ? name + ": " : "";
+  function traceText(gd, t) {
+    var name = clean((gd.data[t.index] || {}).name), out = name ? name + ": " : "";
     if (t.type === "heatmap") {
       var z = list(t.z).map(list), xs = list(t.x), ys = list(t.y), rows = [];
       var flat = [].concat.apply([], z), e = extremes(flat), cols = z[0] ? z[0].length : 0;
@@ -313,7 +319,7 @@
     var full = gd._fullLayout, data = (gd._fullData || []).filter(function (t) { return t.visible === true; });
     var kinds = [];
     data.forEach(function (t) { if (kinds.indexOf(kind(t)) < 0) kinds.push(kind(t)); });
-    var title = clean(full.title && full.title.text);
+    var title = titleOf(gd.layout);
     var parts = ["Interactive figure" + (kinds.length ? " (" + kinds.join(", ") + ")" : "") + (title ? ": " + title : "") + "."];
     var pairs = [];
     data.forEach(function (t) {
@@ -322,11 +328,11 @@
     });
     pairs.forEach(function (pair) {
       var xy = pair.split(",").map(function (a) { return a.replace(/^([xy])/, "$1axis"); });
-      parts.push("Horizontal: " + axisText(full, xy[0]) + "; vertical: " + axisText(full, xy[1]) + ".");
+      parts.push("Horizontal: " + axisText(gd, xy[0]) + "; vertical: " + axisText(gd, xy[1]) + ".");
     });
     var notes = (full.annotations || []).map(function (a) { return clean(a.text); }).filter(Boolean);
     if (notes.length) parts.push("Labels: " + notes.slice(0, 12).join("; ") + ".");
-    data.slice(0, 12).forEach(function (t) { parts.push(traceText(t)); });
+    data.slice(0, 12).forEach(function (t) { parts.push(traceText(gd, t)); });
     if (data.length > 12) parts.push("And " + (data.length - 12) + " more traces.");
     (full.sliders || []).forEach(function (s) {
       var step = s.steps[s.active || 0];
@@ -342,7 +348,7 @@
 
   // --- the keyboard ------------------------------------------------------------------------------------
   function label(gd) {
-    var title = clean(gd._fullLayout.title && gd._fullLayout.title.text);
+    var title = titleOf(gd.layout);
     return title ? "Figure: " + title : "Figure";
   }
 
