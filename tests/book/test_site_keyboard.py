@@ -23,19 +23,26 @@ FOCUS_BEFORE = """el => {
     .filter(e => e.tabIndex >= 0 && !e.disabled && e.getClientRects().length && !e.closest('[hidden]'));
   const before = all.filter(e => e !== el && (e.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING)
                                 && !e.contains(el) && !el.contains(e));
-  const start = before[before.length - 1];
-  start.focus();
-  return start.outerHTML.slice(0, 80);
+  for (const start of before.reverse()) {  // the nearest one that takes the focus
+    start.focus();
+    if (document.activeElement === start) return start.outerHTML.slice(0, 80);
+  }
+  return 'the start of the page';
 }"""
 
 
-def tab_to(page, locator, presses: int = 1):
-    """Focus the element before ``locator``'s, then press Tab: the focus must land on it."""
+def tab_to(page, locator, presses: int = 3):
+    """Focus the element before ``locator``'s, then press Tab (at most ``presses`` times: a box that scrolls
+    sideways takes the focus first): the focus must land on it."""
     start = locator.evaluate(FOCUS_BEFORE)
+    path = []
     for _ in range(presses):
         page.keyboard.press("Tab")
-    focused = locator.evaluate("el => el === document.activeElement")
-    assert focused, f"Tab from {start} does not reach {locator.evaluate('el => el.outerHTML.slice(0, 120)')}"
+        if locator.evaluate("el => el === document.activeElement"):
+            return
+        path.append(page.evaluate("() => document.activeElement.outerHTML.slice(0, 100)"))
+    target = locator.evaluate("el => el.outerHTML.slice(0, 120)")
+    pytest.fail(f"Tab from {start} does not reach {target}; it goes to {path}")
 
 
 def ring(page, *, min_width: float = 2):

@@ -147,7 +147,8 @@ def render_svg(book: list[Chapter], href) -> str:
         x, y = pos[c.label]
         lines = textwrap.wrap(f"{c.number}. {c.title}", 26)[:3]
         out.append(
-            f'<a href="{html.escape(href(c))}"><rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" '
+            f'<a href="{html.escape(href(c))}" tabindex="0">'  # tabindex: Chromium skips SVG links otherwise
+            f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" '
             f'fill="#eaf1f8" stroke="#1f4e79" stroke-width="1.2"/>'
         )
         start = y + box_h / 2 - 8 * (len(lines) - 1) + 5

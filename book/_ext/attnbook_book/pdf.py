@@ -172,9 +172,10 @@ def _toc_parts(html_dir: Path) -> list[tuple[str | None, list[str]]]:
 def _headings(fragment: str) -> list[tuple[int, str, str]]:
     """(level, id, text) of the h1 and h2 headings of an article's HTML, in order."""
     found = []
-    for m in re.finditer(r'<section[^>]*id="([^"]+)"[^>]*>\s*<h([12])[^>]*>(.*?)</h\2>', fragment, re.S):
-        text = html.unescape(re.sub(r"<[^>]+>", "", m.group(3))).strip()
-        found.append((int(m.group(2)), m.group(1), " ".join(text.split())))
+    for m in re.finditer(r"<h([12])[^>]*>(.*?)</h\1>", fragment, re.S):
+        sections = re.findall(r'<section[^>]*\bid="([^"]+)"', fragment[: m.start()])  # the heading's section
+        text = html.unescape(re.sub(r"<[^>]+>", "", m.group(2))).strip()
+        found.append((int(m.group(1)), sections[-1] if sections else "", " ".join(text.split())))
     return found
 
 
@@ -255,7 +256,10 @@ def _named_pages(pdf: Path) -> dict[str, int]:
     from pypdf import PdfReader
 
     reader = PdfReader(str(pdf))
-    return {name: reader.get_destination_page_number(dest) + 1 for name, dest in reader.named_destinations.items()}
+    return {
+        name.removeprefix("/"): reader.get_destination_page_number(dest) + 1
+        for name, dest in reader.named_destinations.items()
+    }
 
 
 def build(html_dir: Path, out: Path, *, log=print) -> dict:

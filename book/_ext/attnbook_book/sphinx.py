@@ -186,6 +186,8 @@ A11Y_CSS = [
     f".attnbook-plotly g.updatemenu-button:focus-visible rect{{stroke:{FOCUS}!important;stroke-width:3px!important}}",
     f".attnbook-chapter-map a:focus{{outline:none}}.attnbook-chapter-map a:focus-visible rect{{stroke:{FOCUS};"
     "stroke-width:4px}",
+    f".toggle-button:focus-visible,summary:focus-visible,.dropdown summary:focus-visible"
+    f"{{outline:3px solid {FOCUS};outline-offset:2px}}",
     f".jupyter-widgets .noUi-handle:focus-visible,.jupyter-widgets input:focus-visible,"
     f".jupyter-widgets select:focus-visible,.jupyter-widgets button:focus-visible,"
     f".jupyter-widgets .widget-readout:focus-visible{{outline:3px solid {FOCUS};outline-offset:2px}}",

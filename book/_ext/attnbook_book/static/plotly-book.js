@@ -392,8 +392,9 @@
   }
 
   function run(gd, item) { // a slider step's or menu button's command, as plotly runs it on a click
-    if (!item || !item.method || item.method === "skip") return Promise.resolve();
-    return Promise.resolve(Plotly.Plots.executeAPICommand(gd, item.method, item.args || []));
+    var api = {restyle: Plotly.restyle, relayout: Plotly.relayout, update: Plotly.update, animate: Plotly.animate};
+    if (!item || !api[item.method]) return Promise.resolve();
+    return Promise.resolve(api[item.method].apply(null, [gd].concat(item.args || [])));
   }
 
   function refocus(gd, selector) {
@@ -409,8 +410,8 @@
     update["sliders[" + i + "].active"] = k;
     return run(gd, s.steps[k]).then(function () { return Plotly.relayout(gd, update); }).then(function () {
       gd.emit("plotly_sliderchange", {slider: gd._fullLayout.sliders[i], step: gd._fullLayout.sliders[i].steps[k]});
-      refocus(gd, 'g.slider-container[data-attnbook-slider="' + i + '"]');
-    });
+      return afterPlot(gd);
+    }).then(function () { refocus(gd, 'g.slider-container[data-attnbook-slider="' + i + '"]'); });
   }
 
   function chooseMenu(gd, i, k) {
@@ -419,8 +420,8 @@
     var update = {};
     update["updatemenus[" + i + "].active"] = k;
     return run(gd, menu.buttons[k]).then(function () { return Plotly.relayout(gd, update); }).then(function () {
-      refocus(gd, 'g.updatemenu-header-group[data-attnbook-menu="' + i + '"]');
-    });
+      return afterPlot(gd);
+    }).then(function () { refocus(gd, 'g.updatemenu-header-group[data-attnbook-menu="' + i + '"]'); });
   }
 
   function onKey(gd, e) {
@@ -443,7 +444,10 @@
       var next = {ArrowDown: active + 1, ArrowRight: active + 1, ArrowUp: active - 1, ArrowLeft: active - 1,
                   Home: 0, End: menu.buttons.length - 1}[key];
       if (next !== undefined) { e.preventDefault(); chooseMenu(gd, m, next); }
-      else if (key === "Enter" || key === " ") { e.preventDefault(); node.dispatchEvent(new MouseEvent("click", {bubbles: true})); }
+      else if (key === "Enter" || key === " ") { // open or close the list, as a click on the header does
+        e.preventDefault();
+        (node.querySelector("g.updatemenu-header") || node).dispatchEvent(new MouseEvent("click", {bubbles: true}));
+      }
     }
   }
 
