@@ -301,8 +301,8 @@ def collect(browser, base: str, pages: list[str], log) -> tuple[dict, list[str],
     for page in pages:
         tab = browser.new_page(viewport={"width": PAGE_WIDTH_PX + 340, "height": 1000})
         tab.add_init_script("localStorage.setItem('mode', 'light'); localStorage.setItem('theme', 'light');")
-        tab.goto(f"{base}/{page}", wait_until="load", timeout=120_000)
-        tab.wait_for_load_state("networkidle", timeout=120_000)
+        tab.goto(f"{base}/{page}", wait_until="load", timeout=300_000)
+        tab.wait_for_load_state("networkidle", timeout=300_000)
         settle(tab)
         if tab.locator("div.attnbook-plotly").count():
             tab.wait_for_function(
@@ -333,8 +333,8 @@ def print_pdf(browser, base, book: Path, out: Path, articles, parts, styles, hea
     tab = browser.new_page(viewport={"width": PAGE_WIDTH_PX, "height": 1000})
     for attempt in range(2):
         book.write_text(document(articles, parts, styles, head, numbers))
-        tab.goto(f"{base}/{book.name}", wait_until="load", timeout=120_000)
-        tab.wait_for_load_state("networkidle", timeout=120_000)
+        tab.goto(f"{base}/{book.name}", wait_until="load", timeout=600_000)  # a long document on a busy machine
+        tab.evaluate("() => document.fonts.ready.then(() => true)")
         links = tab.evaluate(LINKS, {"origin": base, "pages": {p: page_id(p) for p in pages}})
         tab.emulate_media(media="print")
         text = tab.evaluate("() => document.body.innerText")

@@ -92,6 +92,21 @@ WIDGETS_SHIM = """\
     });
   }
   name.count = 0;
+  // The arrow keys move a slider one step (Page Up and Page Down ten): the widget manager's slider moves
+  // with Home and End but not with the arrows.
+  document.addEventListener("keydown", function (e) {
+    var dir = {ArrowRight: 1, ArrowUp: 1, PageUp: 10, ArrowLeft: -1, ArrowDown: -1, PageDown: -10}[e.key];
+    var handle = e.target;
+    var target = handle && handle.closest && handle.classList.contains("noUi-handle") && handle.closest(".noUi-target");
+    if (!dir || !target || !target.noUiSlider) return;
+    var api = target.noUiSlider, o = api.options, step = +o.step || (o.range.max - o.range.min) / 100;
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    var before = +api.get(), tries = [1, 2, 5, 10, 20, 50]; // where the widget rounds to a coarser step
+    for (var i = 0; i < tries.length && Math.abs(+api.get() - before) < 1e-12; i++) {
+      api.set(before + dir * step * tries[i]);
+    }
+  }, true);
   var pending = null; // widgets render after the page loads: name them once the page stops changing
   new MutationObserver(function () {
     clearTimeout(pending);
@@ -183,7 +198,9 @@ A11Y_CSS = [
     f".attnbook-plotly g.slider-container:focus-visible .slider-rail-rect,"
     f".attnbook-plotly g.slider-container:focus-visible .slider-grip-rect,"
     f".attnbook-plotly g.updatemenu-header-group:focus-visible rect,"
-    f".attnbook-plotly g.updatemenu-button:focus-visible rect{{stroke:{FOCUS}!important;stroke-width:3px!important}}",
+    f".attnbook-plotly g.updatemenu-button:focus-visible rect,"
+    f".attnbook-plotly g.updatemenu-dropdown-button:focus-visible rect"
+    f"{{stroke:{FOCUS}!important;stroke-width:3px!important}}",
     f".attnbook-chapter-map a:focus{{outline:none}}.attnbook-chapter-map a:focus-visible rect{{stroke:{FOCUS};"
     "stroke-width:4px}",
     f".toggle-button:focus-visible,summary:focus-visible,.dropdown summary:focus-visible"

@@ -73,8 +73,10 @@
       if (ax.type === "log" && decades >= 2) { // whole powers of ten, at most about nticks of them
         u[k + ".dtick"] = Math.max(PHONE.log_dtick, Math.ceil(decades / PHONE.nticks));
         u[k + ".tick0"] = 0;
+        u[k + ".tickmode"] = "linear"; // what plotly sets with a dtick: named, so that it is undone too
       } else if (ax.type === "log") { // less than two decades: labels at 1, 2 and 5 times a power of ten
         u[k + ".dtick"] = "D2";
+        u[k + ".tickmode"] = "linear";
       } else if (ax.type === "linear" || ax.type === "date") {
         u[k + ".nticks"] = PHONE.nticks;
       }
@@ -93,6 +95,16 @@
   }
 
   // --- applying and undoing them ------------------------------------------------------------------------
+  // Axes that fit their range to the data fit it again at the new size (a range padded for markers and
+  // labels depends on the size in pixels).
+  function autoranges(gd) {
+    var u = {};
+    axisNames(gd).forEach(function (k) {
+      if (gd._fullLayout[k].autorange === true) { u[k + ".autorange"] = true; u[k + ".range"] = null; }
+    });
+    return u;
+  }
+
   function want(gd) { return (isPhone(gd) ? "phone" : "desktop") + "-" + (isDark() ? "dark" : "light"); }
 
   function undo(gd) {
@@ -100,11 +112,15 @@
     gd._attnbookSaved = null;
     if (!saved) return Promise.resolve();
     unwrapTexts(gd, saved);
-    var p = Plotly.relayout(gd, saved.layout);
+    var p = Plotly.relayout(gd, Object.assign(autoranges(gd), saved.layout));
     if (saved.traces.length) {
       p = p.then(function () { return Plotly.restyle(gd, saved.data, saved.traces); });
     }
-    return p.then(function () { gd.style.height = saved.divHeight; });
+    return p.then(function () {
+      gd.style.height = saved.divHeight;
+      // once more: plotly pads a range for the annotations in it with their size as last drawn
+      return Plotly.relayout(gd, autoranges(gd));
+    });
   }
 
   function apply(gd) {
@@ -112,21 +128,24 @@
     var mode = want(gd);
     if (gd.dataset.attnbookMode === mode) return Promise.resolve();
     gd._attnbookBusy = true;
-    return undo(gd).then(function () {
+    // the figure takes its new size first (plotly's own resize may not have run yet), then the changes
+    var resized = gd.layout.autosize === false ? Promise.resolve() : Promise.resolve(Plotly.Plots.resize(gd));
+    return resized.then(function () { return undo(gd); }).then(function () {
       var layout = {}, traces = {traces: [], update: {}}, phone = mode.indexOf("phone") === 0;
       if (phone) { layout = phoneChanges(gd); traces = phoneTraceChanges(gd); }
       if (mode.slice(-4) === "dark") Object.assign(layout, darkChanges(gd));
       var saved = {layout: {}, data: {}, traces: traces.traces, divHeight: gd.style.height, wrapped: {}};
       Object.keys(layout).forEach(function (k) { saved.layout[k] = get(gd.layout, k); });
+      if (phone) ["width", "height", "autosize"].forEach(function (k) { if (!(k in saved.layout)) saved.layout[k] = get(gd.layout, k); });
       Object.keys(traces.update).forEach(function (k) {
         saved.data[k] = traces.traces.map(function (i) { return get(gd.data[i], k); });
       });
       gd._attnbookSaved = saved;
       if (layout.height) gd.style.height = layout.height + "px";
-      var p = Plotly.relayout(gd, layout);
+      var p = Plotly.relayout(gd, Object.assign(autoranges(gd), layout));
       if (traces.traces.length) p = p.then(function () { return Plotly.restyle(gd, traces.update, traces.traces); });
       if (phone) p = p.then(function () { return makeRoom(gd); });
-      return p;
+      return p.then(function () { return Plotly.relayout(gd, autoranges(gd)); });
     }).then(function () {
       gd.dataset.attnbookMode = mode;
       gd.dataset.attnbookTheme = mode.slice(-4) === "dark" ? "dark" : "light";
@@ -142,9 +161,14 @@
     var legend = gd.querySelector("g.legend");
     if (!legend || !gd._fullLayout.showlegend) return Promise.resolve();
     var extra = Math.ceil(legend.getBoundingClientRect().height) + 8, height = gd._fullLayout.height + extra;
-    if (!("height" in gd._attnbookSaved.layout)) gd._attnbookSaved.layout.height = get(gd.layout, "height");
+    remember(gd, ["height", "width", "autosize"]); // plotly writes the width too when it is given a height
     gd.style.height = height + "px";
     return Plotly.relayout(gd, {height: height});
+  }
+
+  function remember(gd, keys) { // keep what these layout values were before the book changed them
+    var saved = gd._attnbookSaved.layout;
+    keys.forEach(function (k) { if (!(k in saved)) saved[k] = get(gd.layout, k); });
   }
 
   // --- titles and annotations that do not fit (phone only) ---------------------------------------------
@@ -219,7 +243,11 @@
     if (!n && title) {
       // a title of several lines starts above the figure: move it down into view
       var t = title.getBoundingClientRect(), pad = gd._fullLayout.title.pad.t || 0;
-      if (t.top < box.top + 2 && pad < 120) { u["title.pad.t"] = Math.ceil(pad + box.top + 4 - t.top); n++; }
+      if (t.top < box.top + 2 && pad < 120) {
+        if (!("title.pad.t" in saved.layout)) saved.layout["title.pad.t"] = get(gd.layout, "title.pad.t");
+        u["title.pad.t"] = Math.ceil(pad + box.top + 4 - t.top);
+        n++;
+      }
       // annotations over the plot (subplot titles) or the plot itself reaching up into the title: push it down
       var plot = gd.querySelector(".draglayer .nsewdrag"), down = 0;
       boxes.concat(plot ? [plot.getBoundingClientRect()] : []).forEach(function (b) {
@@ -380,7 +408,7 @@
         header.setAttribute("aria-label", "Menu: " + clean(current.label) + " (arrow keys choose another entry)");
         header.dataset.attnbookMenu = i;
       }
-      g.querySelectorAll("g.updatemenu-button").forEach(function (b, j) {
+      g.querySelectorAll("g.updatemenu-button, g.updatemenu-dropdown-button").forEach(function (b, j) {
         b.setAttribute("tabindex", "0");
         b.setAttribute("role", "button");
         b.setAttribute("aria-label", clean((menu.buttons[j] || {}).label) || "option " + (j + 1));
@@ -424,6 +452,22 @@
     }).then(function () { refocus(gd, 'g.updatemenu-header-group[data-attnbook-menu="' + i + '"]'); });
   }
 
+  // Open or close a dropdown menu's list, as a click on its header does; an open list's entries are buttons,
+  // and the focus goes to the chosen one.
+  function toggleMenu(gd, i) {
+    var container = gd.querySelectorAll("g.updatemenu-container")[i];
+    if (!container) return;
+    var header = container.querySelector("g.updatemenu-header");
+    header.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+    setTimeout(function () {
+      markControls(gd);
+      var active = (gd.layout.updatemenus[i].active || 0);
+      var entry = container.querySelector('g.updatemenu-dropdown-button[data-attnbook-button="' + active + '"]');
+      if (entry) entry.focus({preventScroll: true});
+      else refocus(gd, 'g.updatemenu-header-group[data-attnbook-menu="' + i + '"]');
+    }, 50);
+  }
+
   function onKey(gd, e) {
     var node = e.target;
     if (!node || !node.dataset) return;
@@ -436,18 +480,18 @@
       if (to === undefined) return;
       e.preventDefault();
       moveSlider(gd, i, to);
-    } else if (node.dataset.attnbookButton !== undefined && (key === "Enter" || key === " ")) {
+    } else if (node.dataset.attnbookButton !== undefined && (key === "Enter" || key === " " || key === "Escape")) {
       e.preventDefault();
+      var open = node.classList.contains("updatemenu-dropdown-button"), at = node.dataset.attnbookMenu;
+      if (key === "Escape") { if (open) toggleMenu(gd, at); return; }
       node.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+      if (open) setTimeout(function () { afterPlot(gd); refocus(gd, 'g.updatemenu-header-group[data-attnbook-menu="' + at + '"]'); }, 50);
     } else if (node.dataset.attnbookMenu !== undefined) {
       var m = +node.dataset.attnbookMenu, menu = gd.layout.updatemenus[m], active = menu.active || 0;
       var next = {ArrowDown: active + 1, ArrowRight: active + 1, ArrowUp: active - 1, ArrowLeft: active - 1,
                   Home: 0, End: menu.buttons.length - 1}[key];
       if (next !== undefined) { e.preventDefault(); chooseMenu(gd, m, next); }
-      else if (key === "Enter" || key === " ") { // open or close the list, as a click on the header does
-        e.preventDefault();
-        (node.querySelector("g.updatemenu-header") || node).dispatchEvent(new MouseEvent("click", {bubbles: true}));
-      }
+      else if (key === "Enter" || key === " ") { e.preventDefault(); toggleMenu(gd, m); }
     }
   }
 
