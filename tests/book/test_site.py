@@ -79,6 +79,7 @@ def test_page(server, browser, path):
         figures = figures_drawn(page)
         for i in range(figures.count()):
             figure = figures.nth(i)
+            figure.scroll_into_view_if_needed()
             info = figure.evaluate(FIGURE_INFO)
             assert info["mode"] == "desktop-light", f"{path}: figure {i} is not in the laptop's light layout: {info}"
             assert info["changed"] == [], f"{path}: figure {i} is not drawn in its own layout: {info}"

@@ -205,10 +205,35 @@ A11Y_CSS = [
     "stroke-width:4px}",
     f".toggle-button:focus-visible,summary:focus-visible,.dropdown summary:focus-visible"
     f"{{outline:3px solid {FOCUS};outline-offset:2px}}",
+    f".attnbook-diagram:focus-visible{{outline:3px solid {FOCUS};outline-offset:2px}}",
     f".jupyter-widgets .noUi-handle:focus-visible,.jupyter-widgets input:focus-visible,"
     f".jupyter-widgets select:focus-visible,.jupyter-widgets button:focus-visible,"
     f".jupyter-widgets .widget-readout:focus-visible{{outline:3px solid {FOCUS};outline-offset:2px}}",
 ]
+
+
+SCROLL_JS = "attnbook/scroll.js"  # relative to _static: on every page
+SCROLL = """\
+// A diagram wider than the screen scrolls sideways: then the keyboard can reach it (Tab, then the arrow keys)
+// and a screen reader hears what it is.
+(function () {
+  function mark() {
+    document.querySelectorAll(".attnbook-diagram").forEach(function (el) {
+      if (el.scrollWidth > el.clientWidth + 1) {
+        el.setAttribute("tabindex", "0");
+        el.setAttribute("role", "region");
+        el.setAttribute("aria-label", "Diagram, wider than the screen: scroll sideways");
+      } else if (el.getAttribute("role") === "region") {
+        ["tabindex", "role", "aria-label"].forEach(function (a) { el.removeAttribute(a); });
+      }
+    });
+  }
+  var timer = null;
+  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(mark, 100); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
+  else mark();
+})();
+"""
 
 
 def write_theme_assets(app, exception) -> None:
@@ -221,6 +246,7 @@ def write_theme_assets(app, exception) -> None:
     folder = Path(app.outdir) / "_static" / "attnbook"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "theme.css").write_text(theme_css())
+    (folder / "scroll.js").write_text(SCROLL)
     settings = json.dumps({"dark": style.PLOTLY_DARK, "phone": style.PLOTLY_PHONE})
     (folder / "plotly-book.js").write_text(
         f"window.attnbookStyle = {settings}; // attnbook.style\n" + (STATIC / "plotly-book.js").read_text()
@@ -401,6 +427,7 @@ def setup(app):
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
     app.add_css_file(THEME_CSS)
+    app.add_js_file(SCROLL_JS)
     app.add_transform(DiagramFigures)
     app.add_directive("chapter-map", ChapterMapDirective)
     app.add_directive("chapter-times", ChapterTimesDirective)
