@@ -78,11 +78,12 @@ chromium:
 		echo "installing Debian's chromium for the browser tests"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-# poppler-utils (pdftotext, pdfinfo, pdffonts, pdftoppm) for the checks of the PDF edition.
+# The PDF edition: poppler-utils (pdftotext, pdfinfo, pdffonts, pdftoppm) for its checks, and a font with the
+# Chinese characters of the glossary (Debian's Droid Sans Fallback), which Chromium prints with.
 poppler:
-	@command -v pdftotext >/dev/null 2>&1 || { \
-		echo "installing Debian's poppler-utils for the checks of the PDF"; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq poppler-utils >/dev/null; }
+	@{ command -v pdftotext && fc-list ':charset=6fc0' | grep -q .; } >/dev/null 2>&1 || { \
+		echo "installing Debian's poppler-utils and fonts-droid-fallback for the PDF"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq poppler-utils fonts-droid-fallback >/dev/null; }
 
 # --- the book -----------------------------------------------------------------------------------
 # The diagrams are drawn by code (book/_ext/attnbook_book/diagrams/); the SVG files are committed so that
@@ -111,7 +112,7 @@ html: python-env npm-assets diagrams
 # The PDF edition: Chromium prints the built pages into one book (attnbook_book.pdf), offline; a copy goes to
 # the site's root, where every page's sidebar links to it.
 PDF := $(BUILD)/pdf/attention-step-by-step.pdf
-pdf: python-env
+pdf: python-env poppler
 	$(PY) -m attnbook_book.pdf $(BUILD)/html $(PDF) --copy-into-site
 
 book: setup sync execute html pdf

@@ -96,6 +96,8 @@ def test_nothing_runs_past_the_margins(pdf, tmp_path):
         width = float(page.get("width"))
         for word in page.iter("word"):
             x0, x1 = float(word.get("xMin")), float(word.get("xMax"))
+            if re.fullmatch(r"[\ue000-\uf8ff]+", word.text or ""):
+                continue  # pieces of MathJax's stretched brackets and icons: pdftotext cannot size their boxes
             if x0 < MARGIN_PT - 2 or x1 > width - MARGIN_PT + 2:
                 beyond.append(f"page {number}: {word.text!r} at {x0:.0f}-{x1:.0f} pt of {width:.0f}")
     assert beyond == [], f"{len(beyond)} words beyond the margins: {beyond[:20]}"
@@ -107,7 +109,7 @@ def test_no_blank_page(pdf, tmp_path):
     subprocess.run(["pdftoppm", "-r", "12", "-gray", "-png", str(pdf), str(tmp_path / "p")], check=True)
     blank = []
     for image in sorted(tmp_path.glob("p-*.png")):
-        lo, _ = Image.open(image).getextrema()
+        lo, _ = Image.open(image).convert("L").getextrema()
         if lo > 200:  # nothing darker than a light grey on the whole page
             blank.append(image.stem)
     assert blank == [], f"blank pages: {blank}"
@@ -127,7 +129,7 @@ def test_bookmarks_contents_and_links(pdf):
 
     marks = list(flat(reader.outline))
     titles = page_titles()
-    by_title = {title: page for _, title, page in marks}
+    by_title = {re.sub(r"^\d+(\.\d+)*\.\s+", "", title): page for _, title, page in marks}  # without its number
     missing = [t for t in titles.values() if squash(t) not in by_title]
     assert missing == [], f"pages without a bookmark: {missing}"
     parts = [t for depth, t, _ in marks if depth == 0]

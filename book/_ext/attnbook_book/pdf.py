@@ -191,6 +191,54 @@ def _git_commit(repo: Path) -> str:
     return ""
 
 
+def contents_entries(articles: dict[str, dict], parts) -> list[tuple[str, str, str]]:
+    """(kind, target id, text) of the contents, in order: parts, pages (chapters) and their sections."""
+    entries = []
+    for i, (caption, pages) in enumerate(parts):
+        if caption:
+            entries.append(("part", f"part-{i}", caption))
+        for page in pages:
+            if page not in articles:
+                continue
+            heads = _headings(articles[page]["html"])
+            first = heads[0] if heads else (1, "", articles[page]["title"])
+            entries.append(("chapter", page_id(page), first[2]))
+            entries += [("section", ident, text) for level, ident, text in heads[1:] if level == 2]
+    return entries
+
+
+def write_outline(pdf: Path, entries: list[tuple[str, str, str]]) -> int:
+    """Bookmarks of ``pdf`` from the contents: parts, chapters under them, sections under those, each at its
+    heading (the named destination Chromium made for the contents' link to it). Returns how many."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import Fit
+
+    reader = PdfReader(str(pdf))
+    writer = PdfWriter(clone_from=reader)
+    writer._root_object.pop("/Outlines", None)
+    dests = {name.removeprefix("/"): dest for name, dest in reader.named_destinations.items()}
+    writer.add_outline_item("Contents", 1, fit=Fit.fit())  # the page after the title page
+    part = chapter = None
+    count = 1
+    for kind, target, text in entries:
+        dest = dests.get(target)
+        if dest is None:
+            continue
+        top = dest.get("/Top")
+        fit = Fit.xyz(top=float(top)) if top is not None else Fit.fit()
+        parent = None if kind == "part" else part if kind == "chapter" else chapter
+        item = writer.add_outline_item(text, reader.get_destination_page_number(dest), parent=parent, fit=fit)
+        if kind == "part":
+            part, chapter = item, None
+        elif kind == "chapter":
+            chapter = item
+        count += 1
+    writer.page_mode = "/UseOutlines"
+    with open(pdf, "wb") as f:
+        writer.write(f)
+    return count
+
+
 def document(articles: dict[str, dict], parts, styles: list[str], head: str, numbers: dict[str, int]) -> str:
     """The one HTML document: title page, contents (with ``numbers``: page of each target id), parts, pages."""
     repo = Path(__file__).resolve().parents[3]
@@ -221,18 +269,8 @@ def document(articles: dict[str, dict], parts, styles: list[str], head: str, num
         )
 
     contents = ['<section class="attnbook-pdf-contents"><h1 id="contents">Contents</h1><ol>']
-    for i, (caption, pages) in enumerate(parts):
-        if caption:
-            contents.append(entry("part", f"part-{i}", caption))
-        for page in pages:
-            if page not in articles:
-                continue
-            heads = _headings(articles[page]["html"])
-            first = heads[0] if heads else (1, "", articles[page]["title"])
-            contents.append(entry("chapter", page_id(page), first[2]))
-            for level, ident, text in heads[1:]:
-                if level == 2:
-                    contents.append(entry("section", ident, text))
+    for kind, target, text in contents_entries(articles, parts):
+        contents.append(entry(kind, target, text))
     contents.append("</ol></section>")
     body += contents
     for i, (caption, pages) in enumerate(parts):
@@ -337,7 +375,11 @@ def print_pdf(browser, base, book: Path, out: Path, articles, parts, styles, hea
         tab.evaluate("() => document.fonts.ready.then(() => true)")
         links = tab.evaluate(LINKS, {"origin": base, "pages": {p: page_id(p) for p in pages}})
         tab.emulate_media(media="print")
-        text = tab.evaluate("() => document.body.innerText")
+        text = tab.evaluate(
+            "() => { const c = document.body.cloneNode(true);"
+            " c.querySelectorAll('mjx-container, .attnbook-sr-only').forEach(e => e.remove());"
+            " return c.textContent; }"
+        )
         tab.pdf(
             path=str(out),
             format="A4",
@@ -346,12 +388,13 @@ def print_pdf(browser, base, book: Path, out: Path, articles, parts, styles, hea
             display_header_footer=True,
             header_template="<span></span>",
             footer_template=FOOTER,
-            outline=True,
             tagged=True,
         )
         numbers = _named_pages(out)
         log(f"  printed ({'contents numbered' if attempt else 'first pass'}): {out.stat().st_size:,} bytes")
     tab.close()
+    marks = write_outline(out, contents_entries(articles, parts))
+    log(f"  {marks} bookmarks")
     return {"links": links, "chars": "".join(sorted(set(re.sub(r"\s", "", text))))}
 
 
