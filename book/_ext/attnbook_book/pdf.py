@@ -56,11 +56,20 @@ PREPARE = r"""async ({pageId, pageUrl, width}) => {
                            p.textContent = text; return p; };
   article.querySelectorAll('div.attnbook-inpage').forEach(el => el.replaceWith(note(
     'A model runs here in the HTML book: try it at ' + pageUrl + ' (type into its box).')));
-  article.querySelectorAll('.cell_output').forEach(out => {
-    if (out.querySelector('script[type="application/vnd.jupyter.widget-view+json"], .jupyter-widgets')) {
-      out.replaceWith(note('A live explorer (Jupyter widgets) is here: move its sliders in the chapter\'s ' +
-        'notebook, in Colab or Jupyter; the interactive figures of the HTML book are at ' + pageUrl + '.'));
+  // each widget (drawn just before its saved view): a progress bar becomes its text, any other widget a note
+  article.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').forEach(script => {
+    const view = script.previousElementSibling && script.previousElementSibling.matches('.widget-subarea')
+      ? script.previousElementSibling : null;
+    let replacement;
+    if (view && view.querySelector('.widget-progress, progress, .progress')) {
+      replacement = document.createElement('pre');
+      replacement.textContent = view.innerText.replace(/\s+/g, ' ').trim();
+    } else {
+      replacement = note('A live explorer (Jupyter widgets) is here: move its sliders in the chapter\'s ' +
+        'notebook, in Colab or Jupyter; the interactive figures of the HTML book are at ' + pageUrl + '.');
     }
+    if (view) view.remove();
+    script.replaceWith(replacement);
   });
   article.querySelectorAll('.attnbook-sr-only, .headerlink, .copybtn, .toggle-button, button, script, ' +
     'details.hide.above-input, .cell.tag_remove-input > .cell_input').forEach(el => el.remove());
@@ -217,7 +226,7 @@ def write_outline(pdf: Path, entries: list[tuple[str, str, str]]) -> int:
     writer = PdfWriter(clone_from=reader)
     writer._root_object.pop("/Outlines", None)
     dests = {name.removeprefix("/"): dest for name, dest in reader.named_destinations.items()}
-    writer.add_outline_item("Contents", 1, fit=Fit.fit())  # the page after the title page
+    writer.add_outline_item(title="Contents", page_number=1, fit=Fit.fit())  # the page after the title page
     part = chapter = None
     count = 1
     for kind, target, text in entries:
@@ -227,7 +236,8 @@ def write_outline(pdf: Path, entries: list[tuple[str, str, str]]) -> int:
         top = dest.get("/Top")
         fit = Fit.xyz(top=float(top)) if top is not None else Fit.fit()
         parent = None if kind == "part" else part if kind == "chapter" else chapter
-        item = writer.add_outline_item(text, reader.get_destination_page_number(dest), parent=parent, fit=fit)
+        page = reader.get_destination_page_number(dest)
+        item = writer.add_outline_item(title=text, page_number=page, parent=parent, fit=fit)
         if kind == "part":
             part, chapter = item, None
         elif kind == "chapter":
