@@ -66,7 +66,7 @@
     axisNames(gd).forEach(function (k) {
       var ax = full[k];
       u[k + ".automargin"] = true;
-      u[k + ".tickfont.size"] = PHONE.font_size;
+      u[k + ".tickfont.size"] = ax.type === "category" && k[0] === "y" ? PHONE.font_size - 1 : PHONE.font_size;
       if (ax.title && ax.title.text) u[k + ".title.standoff"] = PHONE.title_standoff;
       if (ax.tickmode === "array") return; // the figure chose its ticks
       var decades = Math.abs(ax.range[1] - ax.range[0]);
