@@ -165,3 +165,66 @@ def test_attention_flops():
     assert_fails_with(ex.check_attention_flops, 4 * n * d * d, "projection")
     assert_fails_with(ex.check_attention_flops, 8 * n * n * d, "too large")
     assert math.isclose(4 * n * n * d, 1.073741824e9)
+
+
+# --- causal linear attention --------------------------------------------------------------------------
+
+
+def phi(x):
+    return torch.nn.functional.elu(x) + 1
+
+
+def right_causal_linear(q, k, v):
+    fq, fk = phi(q), phi(k)
+    kv = torch.cumsum(fk[:, :, None] * v[:, None, :], dim=0)  # (T, d, dv)
+    return torch.einsum("td,tde->te", fq, kv) / (fq * torch.cumsum(fk, dim=0)).sum(-1, keepdim=True)
+
+
+def test_causal_linear_right_answer_passes_and_stub_is_not_attempted():
+    assert ex.check_causal_linear_attention(right_causal_linear)
+
+    def stub(q, k, v):
+        raise NotImplementedError
+
+    assert not ex.check_causal_linear_attention(stub)
+
+
+def test_causal_linear_reference_is_causal_and_equals_the_running_sums():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(7, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    out = right_causal_linear(q, k, v)
+    v_later = v.clone()
+    v_later[4:] += 10.0  # changing later values leaves the earlier outputs alone
+    torch.testing.assert_close(right_causal_linear(q, k, v_later)[:4], out[:4])
+    weights = phi(q[3]) @ phi(k[:4]).T  # output 3 by hand: a weighted mean of v_0 .. v_3
+    torch.testing.assert_close(out[3], weights @ v[:4] / weights.sum())
+
+
+def _full_sums(q, k, v):
+    w = phi(q) @ phi(k).T
+    return w @ v / w.sum(-1, keepdim=True)
+
+
+def _shifted(q, k, v):
+    w = (phi(q) @ phi(k).T).tril(-1)
+    return torch.nan_to_num(w @ v / w.sum(-1, keepdim=True))
+
+
+def _causal_softmax(q, k, v, scale=1.0):
+    future = torch.ones(len(q), len(k), dtype=torch.bool).triu(1)
+    return torch.softmax((q @ k.T * scale).masked_fill(future, float("-inf")), dim=-1) @ v
+
+
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (_full_sums, "torch.cumsum"),
+        (_shifted, "j = t itself"),
+        (lambda q, k, v: (phi(q) @ phi(k).T).tril() @ v, "add up to 1"),
+        (lambda q, k, v: (q @ k.T).tril() @ v / (q @ k.T).tril().sum(-1, keepdim=True), "elu(x) + 1"),
+        (_causal_softmax, "exp(q_t . k_j)"),
+        (lambda q, k, v: _causal_softmax(q, k, v, q.shape[-1] ** -0.5), "sqrt(d)"),
+    ],
+)
+def test_causal_linear_usual_mistakes_get_their_hint(wrong, fragment):
+    assert_fails_with(ex.check_causal_linear_attention, wrong, fragment)

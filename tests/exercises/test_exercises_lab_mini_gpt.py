@@ -151,8 +151,65 @@ def test_mini_gpt_checker():
             super().__init__(*args)
             self.lm_head = nn.Linear(self.tok_emb.embedding_dim, self.tok_emb.num_embeddings, bias=False)
 
-    result = ex.check_mini_gpt(Untied)
-    assert result and "Tie lm_head.weight" in result.message
+    with pytest.raises(ExerciseFailed, match="must be tied"):
+        ex.check_mini_gpt(Untied)
+
+    class HeadWithBias(MiniGPT):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.lm_head = nn.Linear(self.tok_emb.embedding_dim, self.tok_emb.num_embeddings)
+            self.lm_head.weight = self.tok_emb.weight
+
+    with pytest.raises(ExerciseFailed, match="bias=False"):
+        ex.check_mini_gpt(HeadWithBias)
+
+
+def test_attention_with_shared_projections_fails():
+    """W_k = W_q (one layer under two names) computes keys equal to the queries: a different function, which a
+    comparison on copied weights alone would not see, since the reference would get the shared weights twice."""
+
+    class SharedQK(Attention):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.W_k = self.W_q
+
+    with pytest.raises(ExerciseFailed, match="`W_k` shares its weights with `W_q`"):
+        ex.check_causal_self_attention(SharedQK)
+
+    class SharedNorms(Block):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.norm_2 = self.norm_1
+
+    with pytest.raises(ExerciseFailed, match="`norm_2` shares its weights with `norm_1`"):
+        ex.check_block(SharedNorms)
+
+    class SharedInBlock(Block):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.attn.W_v = self.attn.W_o
+
+    with pytest.raises(ExerciseFailed, match="shares its weights"):
+        ex.check_block(SharedInBlock)
+
+
+@pytest.mark.parametrize("width", [2, 3, 8])
+def test_block_and_model_want_the_feed_forward_width_of_the_task(width):
+    class Wide(Block):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.W_1, self.W_2 = nn.Linear(d_model, width * d_model), nn.Linear(width * d_model, d_model)
+
+    with pytest.raises(ExerciseFailed, match="`W_1` must map 16 features to 64"):
+        ex.check_block(Wide)
+
+    class WideGPT(MiniGPT):
+        def __init__(self, vocab_size, block_size, d_model, n_heads, n_layers):
+            super().__init__(vocab_size, block_size, d_model, n_heads, n_layers)
+            self.blocks = nn.ModuleList(Wide(d_model, n_heads) for _ in range(n_layers))
+
+    with pytest.raises(ExerciseFailed, match="`W_1` must map"):
+        ex.check_mini_gpt(WideGPT)
 
 
 def initialised(cls, init):

@@ -85,6 +85,37 @@ def test_vit_large_parameters_checker():
         ex.check_vit_large_parameters(86_000_000)
 
 
+def test_vit_large_parameters_checker_wants_the_exact_count():
+    """Each part a count may forget, alone or several at once, fails: the exercise says "exactly"."""
+    D, F, L = 1024, 4096, 24
+    per_layer = 4 * (D * D + D) + 2 * D * F + F + D + 4 * D
+    total = L * per_layer + (3 * 16 * 16 * D + D) + D + 197 * D + 2 * D + (D * 1000 + 1000)
+    parts = {"final LayerNorm": 2 * D, "class token": D, "its position row": D, "head bias": 1000, "patch bias": D}
+    hints = {
+        "final LayerNorm": "final LayerNorm",
+        "class token": "the class token",
+        "its position row": "197 rows",
+        "head bias": "head's bias",
+        "patch bias": "patch embedding's bias",
+    }
+    for part, size in parts.items():
+        with pytest.raises(ExerciseFailed, match=hints[part]):
+            ex.check_vit_large_parameters(total - size)
+    with pytest.raises(ExerciseFailed, match="too small"):
+        ex.check_vit_large_parameters(total - sum(parts.values()))  # all five at once: 6,120 of 304 million
+    for off_by in (-1, 1):
+        with pytest.raises(ExerciseFailed):
+            ex.check_vit_large_parameters(total + off_by)
+    assert ex.check_vit_large_parameters(total + 0.25)  # a float that rounds to the count is the count
+    wrong = {
+        "not D": total - (2 * L + 1) * D,
+        "two per block": total - L * 4 * D,
+    }
+    for hint, answer in wrong.items():
+        with pytest.raises(ExerciseFailed, match=hint):
+            ex.check_vit_large_parameters(answer)
+
+
 def test_class_attention_map_checker():
     def right(weights, grid):
         return weights[:, :, 0, 1:].mean(dim=1).reshape(weights.shape[0], *grid)

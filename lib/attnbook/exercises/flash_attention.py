@@ -1,4 +1,4 @@
-"""Checkers for the exercises of the chapter on the cost of attention and flash attention."""
+"""Checkers for the exercises of the chapter on the cost of attention, flash attention and its efficient variants."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ __all__ = [
     "check_attention_memory",
     "check_merge_partial_attention",
     "check_attention_flops",
+    "check_causal_linear_attention",
 ]
 
 
@@ -213,7 +214,7 @@ def check_attention_flops(answer, *, length: int = 2048, width: int = 64) -> Res
         rel_tol=0.02,
         mistakes=[
             (
-                "Q K^T and P V each take N^2 d multiply-adds, that is 2 N^2 d FLOPs (a multiply and an add each); "
+                "Q K^T and P V each take T^2 d multiply-adds, that is 2 T^2 d FLOPs (a multiply and an add each); "
                 "count both products, and 2 FLOPs per multiply-add.",
                 2 * n * n * d,
             ),
@@ -222,9 +223,86 @@ def check_attention_flops(answer, *, length: int = 2048, width: int = 64) -> Res
                 n * n * d,
             ),
             (
-                "N d^2 is the cost of a projection such as X W_q; the attention products cost N^2 d multiply-adds "
+                "T d^2 is the cost of a projection such as X W_q; the attention products cost T^2 d multiply-adds "
                 "each.",
                 4 * n * d * d,
             ),
         ],
+    )
+
+
+def _phi(x):
+    return torch.nn.functional.elu(x) + 1  # the feature map of linear attention
+
+
+def _causal_linear_reference(q, k, v):
+    """o_t = phi(q_t) . sum_{j<=t} phi(k_j) v_j^T / phi(q_t) . sum_{j<=t} phi(k_j), as a masked T x T product."""
+    weights = (_phi(q) @ _phi(k).T).tril()  # (T, T): only j <= t
+    return weights @ v / weights.sum(dim=-1, keepdim=True)  # (T, dv)
+
+
+def _causal_linear_cases():
+    g = torch.Generator().manual_seed(13)
+    cases = []
+    for t, d_k, d_v, spread in ((1, 3, 2, 1.0), (6, 4, 3, 1.0), (9, 2, 5, 2.0), (16, 8, 8, 0.5)):
+        q, k = (torch.randn(t, d_k, generator=g, dtype=torch.float64) * spread for _ in range(2))
+        cases.append((q, k, torch.randn(t, d_v, generator=g, dtype=torch.float64)))
+    return cases
+
+
+def check_causal_linear_attention(fn) -> Result:
+    """``fn(q, k, v)`` must return causal linear attention with phi(x) = elu(x) + 1, (T, d) x3 -> (T, dv)."""
+
+    def not_causal(q, k, v):
+        weights = _phi(q) @ _phi(k).T  # (T, T)
+        return weights @ v / weights.sum(dim=-1, keepdim=True)
+
+    def excludes_itself(q, k, v):
+        weights = (_phi(q) @ _phi(k).T).tril(-1)
+        return torch.nan_to_num(weights @ v / weights.sum(dim=-1, keepdim=True))
+
+    def not_normalised(q, k, v):
+        return (_phi(q) @ _phi(k).T).tril() @ v
+
+    def no_feature_map(q, k, v):
+        weights = (q @ k.T).tril()
+        return weights @ v / weights.sum(dim=-1, keepdim=True)
+
+    def softmax(q, k, v, scale=1.0):
+        scores = (q @ k.T * scale).masked_fill(torch.ones(len(q), len(k), dtype=torch.bool).triu(1), float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    mistakes = [
+        Mistake(
+            "output t may read only the keys j <= t: use running sums along the sequence (torch.cumsum), "
+            "not sums over all T keys.",
+            not_causal,
+        ),
+        Mistake("the running sums include j = t itself: a query reads its own key and value too.", excludes_itself),
+        Mistake(
+            "divide by phi(q_t) . sum_{j<=t} phi(k_j), the sum of the weights, so that they add up to 1.",
+            not_normalised,
+        ),
+        Mistake(
+            "apply the feature map phi(x) = elu(x) + 1 to the queries and the keys: it keeps every weight positive.",
+            no_feature_map,
+        ),
+        Mistake(
+            "that is causal softmax attention; linear attention puts phi(q_t) . phi(k_j) in place of exp(q_t . k_j).",
+            softmax,
+        ),
+        Mistake(
+            "that is causal softmax attention; linear attention puts phi(q_t) . phi(k_j) in place of "
+            "exp(q_t . k_j / sqrt(d)).",
+            lambda q, k, v: softmax(q, k, v, scale=q.shape[-1] ** -0.5),
+        ),
+    ]
+    return check_function(
+        fn,
+        exercise="causal linear attention",
+        reference=_causal_linear_reference,
+        cases=_causal_linear_cases(),
+        mistakes=mistakes,
+        atol=1e-9,
+        rtol=1e-7,
     )

@@ -78,6 +78,24 @@ def _has_bias(layer: nn.Linear) -> bool:
     return layer.bias is not None
 
 
+def _separate(exercise: str, module, names: tuple[str, ...]) -> None:
+    """The layers ``names`` of ``module`` are distinct modules with weights of their own: one layer assigned
+    to two names (``self.W_k = self.W_q``) would pass a comparison on copied weights, since the reference
+    then gets the shared weights twice."""
+    seen: dict[int, str] = {}
+    for name in names:
+        layer = getattr(module, name)
+        for p in layer.parameters():
+            if p.data_ptr() in seen:
+                raise ExerciseFailed(
+                    exercise,
+                    f"`{name}` shares its weights with `{seen[p.data_ptr()]}`: each needs a layer of its own "
+                    f"(a new nn.{type(layer).__name__}), or the model computes, say, keys equal to its queries.",
+                )
+        for p in layer.parameters():
+            seen[p.data_ptr()] = name
+
+
 @torch.no_grad()
 def _randomise(g: torch.Generator, *layers: nn.Module) -> None:
     """Overwrite, in place, the weights of the learner's layers that a checker copies by name with random values
@@ -110,6 +128,7 @@ def _randomise(g: torch.Generator, *layers: nn.Module) -> None:
 @torch.no_grad()
 def _copy_attention(exercise: str, learner, target: MultiHeadAttention, d: int, g: torch.Generator) -> None:
     layers = [_linear(exercise, learner, name, d, d) for name in ("W_q", "W_k", "W_v", "W_o")]
+    _separate(exercise, learner, ("W_q", "W_k", "W_v", "W_o"))
     _randomise(g, *layers)
     for name, src in zip(("W_q", "W_k", "W_v", "W_o"), layers):
         getattr(target, name).load_state_dict(src.state_dict())
@@ -212,18 +231,20 @@ def _copy_block(exercise: str, learner, target: EncoderBlock, d: int, d_ff: int,
         (_linear(exercise, learner, "W_1", d, d_ff), target.ffn.W_1),
         (_linear(exercise, learner, "W_2", d_ff, d), target.ffn.W_2),
     ]
+    _separate(exercise, learner, ("norm_1", "norm_2"))
     _randomise(g, *(src for src, _ in pairs))
     for src, dst in pairs:
         dst.load_state_dict(src.state_dict())
 
 
 def check_block(cls, d_model: int = 16, n_heads: int = 4, activation: str = "relu") -> Result:
-    """``cls(d_model, n_heads)``: the pre-norm GPT block, x + attn(norm_1(x)), then + W_2(act(W_1(norm_2(.))))."""
+    """``cls(d_model, n_heads)``: the pre-norm GPT block, x + attn(norm_1(x)), then + W_2(act(W_1(norm_2(.)))),
+    with W_1 of width 4 d_model."""
     exercise = "the transformer block"
     module = _build(exercise, lambda: cls(d_model, n_heads))
     if module is None:
         return Result(exercise, False, _NOT_ATTEMPTED)
-    w1 = _linear(exercise, module, "W_1", d_model, getattr(getattr(module, "W_1", None), "out_features", 4 * d_model))
+    w1 = _linear(exercise, module, "W_1", d_model, 4 * d_model)
     with _seeded(1):
         ref = EncoderBlock(
             d_model, n_heads, w1.out_features, mlp=activation, norm_position="pre", bias=_has_bias(w1)
@@ -292,7 +313,15 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
             exercise, f"your model needs `blocks` = nn.ModuleList of {L} Blocks (got {type(blocks).__name__})."
         )
     head = _linear(exercise, module, "lm_head", D, V)
-    w1 = _linear(exercise, blocks[0], "W_1", D, getattr(getattr(blocks[0], "W_1", None), "out_features", 4 * D))
+    if head.weight is not module.tok_emb.weight:
+        raise ExerciseFailed(
+            exercise,
+            "lm_head's weight must be tied to the token embedding's (weight tying, as the task asks): "
+            "self.lm_head.weight = self.tok_emb.weight, one V x D matrix for both.",
+        )
+    if _has_bias(head):
+        raise ExerciseFailed(exercise, f"lm_head has no bias: nn.Linear({D}, {V}, bias=False).")
+    w1 = _linear(exercise, blocks[0], "W_1", D, 4 * D)
     config = TransformerConfig(
         vocab_size=V,
         block_size=T,
@@ -352,13 +381,6 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
                     "the position embedding is indexed with torch.arange(T), the length of this input, not block_size.",
                 )
             ],
-        )
-    if module.lm_head.weight is not module.tok_emb.weight:
-        return Result(
-            exercise,
-            True,
-            "correct on every test case. (Tie lm_head.weight to tok_emb.weight to "
-            "save V x D parameters, as GPT-2 does.)",
         )
     return result
 

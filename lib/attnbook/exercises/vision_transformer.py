@@ -91,7 +91,8 @@ def _large_counts() -> dict[str, int]:
 
 
 def check_vit_large_parameters(answer) -> Result:
-    """The parameters of ViT-L/16 (24 layers, D = 1024, MLP 4096, 16 heads) on 224 x 224 RGB images, 1000 classes."""
+    """The parameters of ViT-L/16 (24 layers, D = 1024, MLP 4096, 16 heads) on 224 x 224 RGB images, 1000 classes,
+    counted exactly."""
     counts = _large_counts()
     total = counts["total"]
     L, D, F, H = vit.PRESETS["large"]
@@ -101,7 +102,8 @@ def check_vit_large_parameters(answer) -> Result:
         answer,
         exercise="parameters of ViT-L/16",
         expected=float(total),
-        rel_tol=1e-4,
+        rel_tol=0.0,
+        abs_tol=0.5,  # exactly: one forgotten bias is a wrong count
         mistakes=[
             (
                 "307M is the number printed in Table 1 of the paper, but ViT-L/16 has fewer (307M is about the size of "
@@ -113,6 +115,7 @@ def check_vit_large_parameters(answer) -> Result:
                 "the classification head is missing: a Linear layer from D to 1000 classes, with its biases.",
                 float(total - counts["head"]),
             ),
+            ("the head's bias is missing: 1000 numbers, one per class.", float(total - 1000)),
             (
                 "the biases and the LayerNorms are missing (each Linear has a bias of its output width; each "
                 "LayerNorm has a gain and a bias of width D).",
@@ -126,6 +129,24 @@ def check_vit_large_parameters(answer) -> Result:
             (
                 "the class token and the position embeddings are missing: (T + 1) * D + D more, with T = 196 patches.",
                 float(total - counts["class token"] - counts["position embeddings"]),
+            ),
+            (
+                "D = 1,024 parameters are missing: the class token (a learned vector of width D), or its row of the "
+                "position table (T + 1 = 197 rows, not 196), or the patch embedding's bias (D).",
+                float(total - D),
+            ),
+            (
+                "2 D = 2,048 parameters are missing: the final LayerNorm after the last block (a gain and a bias of "
+                "width D), or two of the class token, its position row and the patch embedding's bias.",
+                float(total - 2 * D),
+            ),
+            (
+                "a LayerNorm has two vectors of width D, a gain and a bias: 2 D parameters, not D.",
+                float(total - (2 * L + 1) * D),
+            ),
+            (
+                "the LayerNorms of the blocks are missing: two per block, 2 D parameters each.",
+                float(total - L * 4 * D),
             ),
         ],
     )
