@@ -33,12 +33,12 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 
 LINTED := lib book/_ext tests benchmarks
 
-.PHONY: help setup python-env npm-assets chromium diagrams sync execute html book test test-lib test-notebooks \
-	test-site test-gpu test-compat student bench clean lint format check
+.PHONY: help setup python-env npm-assets chromium poppler diagrams sync execute html pdf book test test-lib \
+	test-notebooks test-site test-pdf test-gpu test-compat student bench clean lint format check
 
 help:
 	@echo "The two commands:"
-	@echo "  make book      set up, execute every chapter, build the HTML book into $(BUILD)/html"
+	@echo "  make book      set up, execute every chapter, build the HTML book into $(BUILD)/html and its PDF"
 	@echo "  make test      set up and run every check (lint, library, notebooks, book build, browser)"
 	@echo "Working on the book:"
 	@echo "  make check     lint and library tests: the quick loop while changing the library"
@@ -46,6 +46,8 @@ help:
 	@echo "  make format    format the library, tools and tests (ruff) and the chapters' code (79 columns)"
 	@echo "  make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
 	@echo "  make diagrams  redraw book/images/diagrams/*.svg from their sources (attnbook_book.diagrams)"
+	@echo "  make pdf       print the built HTML book into $(PDF) (and the site's root)"
+	@echo "  make test-pdf  check that PDF: every chapter, bookmarks, contents, glyphs, margins, links"
 	@echo "  make execute html test-site BUILD=_build/one NB=chapters/04_queries_keys_values.ipynb PARTIAL=1"
 	@echo "                 execute, build and check one chapter"
 	@echo "  make test-lib  the library, exercise, grading and book-source tests (no notebooks, no browser)"
@@ -58,7 +60,7 @@ help:
 	@echo "  make bench     run the benchmarks in benchmarks/ (slow)"
 
 # --- set-up -------------------------------------------------------------------------------------
-setup: python-env npm-assets chromium
+setup: python-env npm-assets chromium poppler
 
 python-env: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml book/_ext/pyproject.toml
@@ -76,6 +78,13 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing Debian's chromium for the browser tests"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+# The PDF edition: poppler-utils (pdftotext, pdfinfo, pdffonts, pdftoppm) for its checks, and a font with the
+# Chinese characters of the glossary (Debian's Droid Sans Fallback), which Chromium prints with.
+poppler:
+	@{ command -v pdftotext && fc-list ':charset=6fc0' | grep -q .; } >/dev/null 2>&1 || { \
+		echo "installing Debian's poppler-utils and fonts-droid-fallback for the PDF"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq poppler-utils fonts-droid-fallback >/dev/null; }
 
 # --- the book -----------------------------------------------------------------------------------
 # The diagrams are drawn by code (book/_ext/attnbook_book/diagrams/); the SVG files are committed so that
@@ -101,7 +110,13 @@ html: python-env npm-assets diagrams
 	mv $(BUILD)/site/_build/html $(BUILD)/html
 	@echo "The book is in $(BUILD)/html/index.html"
 
-book: setup sync execute html
+# The PDF edition: Chromium prints the built pages into one book (attnbook_book.pdf), offline; a copy goes to
+# the site's root, where every page's sidebar links to it.
+PDF := $(BUILD)/pdf/attention-step-by-step.pdf
+pdf: python-env poppler
+	$(PY) -m attnbook_book.pdf $(BUILD)/html $(PDF) --copy-into-site
+
+book: setup sync execute html pdf
 
 student: python-env
 	$(PY) -m attnbook_book.notebooks student $(BUILD)/student
@@ -111,7 +126,9 @@ test: setup
 	$(MAKE) test-lib
 	$(MAKE) test-notebooks
 	$(MAKE) html
+	$(MAKE) pdf
 	$(MAKE) test-site
+	$(MAKE) test-pdf
 	$(MAKE) student
 
 # Lint: ruff (pyproject.toml) over the Python code; the chapters' code cells through their paired notebooks
@@ -130,16 +147,19 @@ format: python-env
 check: lint test-lib
 
 test-lib: python-env
-	$(PY) -m pytest tests -m "not site" -p no:cacheprovider
+	$(PY) -m pytest tests -m "not site and not pdf" -p no:cacheprovider
 
 test-notebooks: execute
 
 test-site: python-env
 	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m site -p no:cacheprovider
 
+test-pdf: python-env
+	ATTNBOOK_HTML=$(BUILD)/html ATTNBOOK_PDF=$(PDF) $(PY) -m pytest tests -m pdf -p no:cacheprovider
+
 test-gpu: python-env
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU')"
-	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site" -p no:cacheprovider
+	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site and not pdf" -p no:cacheprovider
 	ATTNBOOK_DEVICE=cuda $(NBVAL) $(NB)
 
 # The promise of pyproject.toml, tested: the lowest declared version of every dependency (the library's and
@@ -160,7 +180,7 @@ test-compat:
 	$(COMPAT_PY) -m pip install -q --no-deps -e . -e book/_ext
 	$(COMPAT_PY) -m pip check
 	$(COMPAT_PY) -m pip list --format=freeze > $(COMPAT)/installed.txt
-	$(COMPAT_PY) -m pytest tests/lib tests/exercises tests/grading -m "not site" -p no:cacheprovider
+	$(COMPAT_PY) -m pytest tests/lib tests/exercises tests/grading -m "not site and not pdf" -p no:cacheprovider
 	$(COMPAT_PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider $(COMPAT_NB)
 
 bench: python-env

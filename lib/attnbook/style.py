@@ -10,7 +10,9 @@ a fixed order for plots that cycle through them.
 Diagrams draw shapes with a pale ``fill`` and a darker ``stroke`` derived from each base colour, in a
 light and a dark variant (``theme("light")``, ``theme("dark")``), so that they follow the book's colour
 mode. Plots follow it in the HTML book through ``PLOTLY_DARK``, the layout changes the book applies to a
-plotly figure in dark mode.
+plotly figure in dark mode. ``PLOTLY_PHONE`` is the one place that decides how every plotly figure is laid
+out on a narrow screen (legend below the plot, small margins, fewer ticks); the book applies it in the
+browser, so the figures themselves keep their desktop layout and Jupyter shows them as they are.
 
 Chapter: every chapter's figures; the diagrams' shapes are described in the README ("Writing a chapter").
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ROLES", "COLORWAY", "WEIGHT_SCALE", "color", "theme", "PLOTLY_DARK", "mix"]
+__all__ = ["ROLES", "COLORWAY", "WEIGHT_SCALE", "color", "theme", "PLOTLY_DARK", "PLOTLY_PHONE", "mix"]
 
 # role -> (base colour, what it marks), in the order of matplotlib's "tab10" cycle.
 ROLES: dict[str, tuple[str, str]] = {
@@ -128,4 +130,23 @@ PLOTLY_DARK: dict[str, object] = {
     "axis": {"gridcolor": "#323c48", "zerolinecolor": "#4b5765", "linecolor": "#4b5765"},
     "slider": {"bgcolor": "#323c48", "activebgcolor": "#8a97a6", "bordercolor": "#4b5765", "tickcolor": "#8a97a6"},
     "legend_bgcolor": "rgba(0,0,0,0)",
+}
+
+
+# How a plotly figure is laid out when its column is narrower than ``width`` px (a phone): the page applies
+# these layout changes in the browser and undoes them when the column is wide again, so each figure
+# function describes its desktop layout only. The goal: at 390 px the plot keeps at least two thirds of the
+# figure's width, and no title, tick label, legend entry or annotation runs into another.
+PLOTLY_PHONE: dict[str, object] = {
+    "width": 600,  # column width (px) below which a figure takes the phone layout
+    "font_size": 11,  # the figure's text, tick labels and legend
+    "title_size": 13,  # the figure's title (wrapped onto several lines when it is wider than the figure)
+    "annotation_size": 11,  # annotations, subplot titles among them (wrapped when they run into each other)
+    "margin": {"l": 8, "r": 8, "t": 36, "b": 8},  # the axes' labels push these out as far as they need
+    "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yanchor": "bottom", "yref": "container"},
+    "nticks": 5,  # at most this many ticks on a linear axis
+    "log_dtick": 1,  # log axes spanning two decades or more: a tick at each power of ten only
+    "colorbar_thickness": 10,  # px: colour bars stay on the right, thin and close to the plot
+    "colorbar_xpad": 4,
+    "title_standoff": 6,  # px between an axis's tick labels and its title
 }

@@ -1,122 +1,45 @@
 """The built HTML book, opened in headless Chromium (Debian's package, driven by Playwright).
 
-On every page: no console errors, no request leaves the local server, math is rendered, and every image
-has alt text. On pages with plotly figures: every figure renders, and moving a slider changes its figure.
-On pages with widgets: the widgets render. At a laptop's width every display equation and every table of
-the text fits the text column. Every diagram is drawn, numbered, captioned and labelled for
-screen readers. Every page is opened again in dark mode at a phone's width: diagrams and plots take the
-dark colours, widgets keep legible text on the theme's light card, still with no console error. Every
-Colab link points at a notebook that exists in the repository. No chapter page shows a code cell that
-only glues numbers into the prose.
+Every page is opened twice. At a laptop's width in light mode: no console errors, no request leaves the
+local server, math is rendered, every image has alt text, every display equation and table of the text fits
+the text column, every plotly figure renders in its own (desktop) layout with a text alternative written
+from its data, and moving a slider changes the figure and its description; widgets render; every diagram is
+drawn, numbered, captioned and labelled for screen readers. At a phone's width in dark mode: diagrams and
+plots take the dark colours, widgets keep legible text on the theme's light card, every plotly figure keeps
+about two thirds of its width for the plot with no text running into other text or out of the figure. In
+both, axe-core finds no critical or serious WCAG 2.0/2.1 A or AA violation (``attnbook_book.a11y``; no rule
+is disabled). Every Colab link points at a notebook that exists in the repository. No chapter page shows a
+code cell that only glues numbers into the prose.
+
+The keyboard, the screen-reader texts and the phone layout's undo are tested in test_site_keyboard.py;
+the models in the page in test_site_inpage.py.
 """
 
 from __future__ import annotations
 
-import functools
 import html
-import http.server
 import json
-import os
 import re
-import shutil
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import yaml
+from site_helpers import (
+    HTML,
+    INPAGE_ASSETS,
+    LAPTOP,
+    PHONE,
+    REPO,
+    built_toc,
+    content_pages,
+    contrast,
+    figures_drawn,
+    open_page,
+)
 
 pytestmark = pytest.mark.site
 
-REPO = Path(__file__).resolve().parents[2]
-INPAGE_ASSETS = re.compile(r"/_static/(vendor/onnxruntime|models)/")  # what the model in the page loads
-HTML = Path(os.environ.get("ATTNBOOK_HTML") or REPO / "_build" / "html").resolve()
-CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def built_toc() -> list[str]:
-    """The pages named in the _toc.yml the site was built from (the whole book unless built with PARTIAL=1)."""
-    from attnbook_book.notebooks import toc_files
-
-    staged = HTML.parent / "src"
-    return toc_files(staged if (staged / "_toc.yml").exists() else REPO)
-
-
-def content_pages() -> list[str]:
-    """Every page of the book, plus the generated index and search pages."""
-    return [f"{entry}.html" for entry in built_toc()] + ["genindex.html", "search.html"]
-
-
-@pytest.fixture(scope="module")
-def server():
-    if not (HTML / "index.html").exists():
-        pytest.fail(f"{HTML} has no built book: run `make html` (or `make book`) first")
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(HTML)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: `make setup` installs Debian's chromium"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-def open_page(browser, url: str, *, requested: list[str] | None = None, mode: str | None = None, **page_options):
-    """Open ``url``; return the page, its console errors and the requests that left the local server.
-
-    ``requested``, when given, collects the URL of every request the page makes; ``mode`` ("light" or
-    "dark") is the colour mode the theme's toggle would have stored; ``page_options`` go to
-    ``browser.new_page`` (a phone's viewport, for example).
-    """
-    page = browser.new_page(**page_options)
-    if mode:
-        page.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    errors: list[str] = []
-    outside: list[str] = []
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
-    local = urlparse(url).netloc
-
-    def on_request(request):
-        if requested is not None:
-            requested.append(request.url)
-        parsed = urlparse(request.url)
-        if parsed.scheme in ("data", "blob", "about"):
-            return
-        if parsed.netloc != local:
-            outside.append(request.url)
-
-    page.on("request", on_request)
-    page.on("response", lambda r: errors.append(f"HTTP {r.status} for {r.url}") if r.status >= 400 else None)
-    page.goto(url, wait_until="load", timeout=120_000)
-    page.wait_for_load_state("networkidle", timeout=120_000)
-    return page, errors, outside
-
-
-LAPTOP = {"width": 1280, "height": 720}  # a laptop's screen, with the theme's two sidebars beside the text
 # Display equations (MathJax scrolls one that is too wide) and tables of the text (not cell outputs) that are
 # wider than the text column: [kind, the nearest id, width in px, the column's width].
 TOO_WIDE = """() => {
@@ -151,12 +74,16 @@ def test_page(server, browser, path):
         wide = page.evaluate(TOO_WIDE)
         assert wide == [], f"{path}: wider than the text column at {LAPTOP['width']} px: {wide}"
 
-        # Plotly: every figure is drawn; moving each slider changes its figure.
-        figures = page.locator("div.attnbook-plotly")
+        # Plotly: every figure is drawn in its own layout, with a text alternative from its data; moving each
+        # slider changes the figure and what the text alternative says.
+        figures = figures_drawn(page)
         for i in range(figures.count()):
             figure = figures.nth(i)
             figure.scroll_into_view_if_needed()
-            figure.locator(".main-svg").first.wait_for(state="attached", timeout=15_000)
+            info = figure.evaluate(FIGURE_INFO)
+            assert info["mode"] == "desktop-light", f"{path}: figure {i} is not in the laptop's light layout: {info}"
+            assert info["changed"] == [], f"{path}: figure {i} is not drawn in its own layout: {info}"
+            check_description(path, i, info)
             sliders = figure.locator("g.slider-container")
             if sliders.count() == 0:
                 continue
@@ -171,6 +98,9 @@ def test_page(server, browser, path):
             page.mouse.click(box["x"] + target * box["width"], box["y"] + box["height"] / 2)
             page.wait_for_timeout(300)
             assert state() != before, f"{path}: moving the slider of figure {i} did not change the figure"
+            moved = figure.evaluate(FIGURE_INFO)
+            check_description(path, i, moved)
+            assert moved["alt"] != info["alt"], f"{path}: figure {i}'s description did not follow its slider"
 
         # Widgets: saved widget state is rendered by the local widget manager.
         views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
@@ -190,22 +120,45 @@ def test_page(server, browser, path):
             heavy = [u for u in requested if INPAGE_ASSETS.search(u)]
             assert heavy == [], f"{path} has no model in the page but loaded {heavy}"
 
+        audit(page, path, "light")
         assert errors == [], f"{path}: console errors: {errors}"
         assert outside == [], f"{path}: requests left the local server: {outside}"
     finally:
         page.close()
 
 
-def contrast(a: str, b: str) -> float:
-    """The WCAG contrast ratio of two CSS colours written as rgb(...) or rgba(...)."""
+def audit(page, path: str, mode: str) -> None:
+    """axe-core: no critical or serious violation of WCAG 2.0/2.1 A and AA on the page as it is now."""
+    from attnbook_book import a11y
 
-    def luminance(css):
-        r, g, b = (float(v) / 255 for v in re.findall(r"[\d.]+", css)[:3])
-        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
-        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    found = a11y.blocking(a11y.audit(page))
+    assert found == [], f"{path} in {mode} mode: {len(found)} accessibility violations:\n" + "\n".join(found)
 
-    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
+
+# A plotly figure as the page drew it: its mode, the layout the book changed (nothing on a laptop in light
+# mode), its title, sliders and text alternative.
+FIGURE_INFO = """gd => {
+  const title = gd.layout.title && (gd.layout.title.text !== undefined ? gd.layout.title.text : gd.layout.title);
+  const saved = gd._attnbookSaved;
+  return {mode: gd.dataset.attnbookMode, changed: saved ? Object.keys(saved.layout).concat(saved.traces) : [],
+          title: String(title || ''), role: gd.getAttribute('role'), label: gd.getAttribute('aria-label') || '',
+          sliders: (gd.layout.sliders || []).map(s => [(s.active || 0) + 1, s.steps.length]),
+          alt: (document.getElementById(gd.getAttribute('aria-describedby') || '') || {}).textContent || ''};
+}"""
+
+
+def check_description(path: str, i: int, info: dict) -> None:
+    """The figure is a labelled figure whose description says what it shows: its kind, its title, its
+    slider's current step; more than the title alone."""
+    where = f"{path}: figure {i}"
+    assert info["role"] == "figure" and info["label"].startswith("Figure"), f"{where} is not a labelled figure: {info}"
+    alt = info["alt"]
+    assert alt.startswith("Interactive figure ("), f"{where}: no description written from its data: {alt!r}"
+    title = " ".join(re.sub(r"<[^>]+>", " ", info["title"]).replace("\u200b", "").split())
+    assert title in alt, f"{where}: the description does not give the title {title!r}: {alt!r}"
+    for step, n in info["sliders"]:
+        assert f"step {step} of {n}" in alt, f"{where}: the description does not say the slider's step: {alt!r}"
+    assert len(alt.split()) >= len(title.split()) + 8, f"{where}: the description says little: {alt!r}"
 
 
 def check_diagrams(page, path: str) -> int:
@@ -236,23 +189,20 @@ def check_diagrams(page, path: str) -> int:
 def test_page_in_dark_mode_on_a_phone(server, browser, path):
     from attnbook import style
 
-    page, errors, outside = open_page(browser, f"{server}/{path}", mode="dark", viewport={"width": 390, "height": 900})
+    page, errors, outside = open_page(browser, f"{server}/{path}", mode="dark", viewport=PHONE)
     try:
         assert page.evaluate("document.documentElement.dataset.theme") == "dark"
         n = check_diagrams(page, path)
         if n:  # the diagrams take the dark colours of the palette
             ink = page.evaluate("getComputedStyle(document.querySelector('svg.abd')).getPropertyValue('--ink')")
             assert ink.strip() == style.theme("dark")["ink"], f"{path}: diagrams keep their light colours"
-        figures = page.locator("div.attnbook-plotly")
+        figures = figures_drawn(page)
         for i in range(figures.count()):
             figure = figures.nth(i)
-            figure.scroll_into_view_if_needed()
-            figure.locator(".main-svg").first.wait_for(state="attached", timeout=15_000)
-            page.wait_for_function(
-                "el => el.dataset.attnbookTheme === 'dark'", arg=figure.element_handle(), timeout=15_000
-            )
+            assert figure.evaluate("el => el.dataset.attnbookMode") == "phone-dark", f"{path}: figure {i}"
             font = figure.evaluate("el => el._fullLayout.font.color")
             assert font == style.PLOTLY_DARK["font_color"], f"{path}: plotly figure {i} keeps dark text on a dark page"
+            check_phone_layout(path, i, figure.evaluate(PHONE_LAYOUT))
         if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
             # widgets do not follow the mode: the theme shows them on a light card; their text must stay dark
             page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=15_000)
@@ -261,10 +211,63 @@ def test_page_in_dark_mode_on_a_phone(server, browser, path):
                            getComputedStyle(e.closest('.widget-subarea')).backgroundColor])""")
             for text, card in colours:
                 assert contrast(text, card) >= 4.5, f"{path}: widget text {text} on {card}"
+        audit(page, path, "dark")
         assert errors == [], f"{path}: console errors in dark mode: {errors}"
         assert outside == [], f"{path}: requests left the local server: {outside}"
     finally:
         page.close()
+
+
+# "About two thirds": most figures keep two thirds or more at 390 px; a few heatmaps whose rows are named by
+# long labels and whose colour bar has a title keep less (the lowest, chapter 16's comparison of attributions,
+# 59%): those labels and that title are the figure's content.
+MIN_PLOT_SHARE = 0.58
+# How a plotly figure uses a phone's width: the share of its width that its plot areas span, and the texts
+# (tick labels, titles, annotations, legend entries, colour bars, slider labels) that run into each other or
+# out of the figure. Tick labels of one axis that plotly turned to fit are not compared with each other (their
+# boxes are tilted).
+PHONE_LAYOUT = r"""gd => {
+  const box = gd.getBoundingClientRect();
+  const plots = [...gd.querySelectorAll('.draglayer .nsewdrag')].map(r => r.getBoundingClientRect());
+  const share = plots.length ? (Math.max(...plots.map(b => b.right)) - Math.min(...plots.map(b => b.left))) / box.width
+                             : null;
+  const kinds = {tick: 'g.xtick text, g.ytick text', annotation: 'g.annotation text', title: '.g-gtitle text',
+                 'axis title': '[class^="g-x"][class$="title"] text, [class^="g-y"][class$="title"] text',
+                 legend: '.legend text.legendtext', 'colour bar': '.colorbar text', slider: '.slider-container text'};
+  const items = [];
+  for (const [kind, selector] of Object.entries(kinds)) {
+    gd.querySelectorAll(selector).forEach(t => {
+      const b = t.getBoundingClientRect();
+      if (!t.textContent.trim() || b.width < 1 || b.height < 1) return;
+      const turns = (t.getAttribute('transform') || '') + (t.parentNode.getAttribute('transform') || '');
+      const turned = /rotate\((?!0)/.test(turns);
+      const axis = t.closest('[class*="axislayer"]');
+      items.push({kind, text: t.textContent.trim().slice(0, 40), b, turned,
+                  group: axis ? [...axis.parentNode.children].indexOf(axis) + axis.getAttribute('class') : kind});
+    });
+  }
+  const clash = [], outside = [];
+  items.forEach((a, i) => {
+    if (a.b.left < box.left - 2 || a.b.right > box.right + 2 || a.b.top < box.top - 2 || a.b.bottom > box.bottom + 2)
+      outside.push(`${a.kind} "${a.text}"`);
+    items.slice(i + 1).forEach(c => {
+      if (a.kind === 'tick' && c.kind === 'tick' && a.group === c.group && (a.turned || c.turned)) return;
+      const w = Math.min(a.b.right, c.b.right) - Math.max(a.b.left, c.b.left);
+      const h = Math.min(a.b.bottom, c.b.bottom) - Math.max(a.b.top, c.b.top);
+      if (w > 1 && h > 1) clash.push(`${a.kind} "${a.text}" / ${c.kind} "${c.text}"`);
+    });
+  });
+  const title = gd.layout.title && (gd.layout.title.text !== undefined ? gd.layout.title.text : gd.layout.title);
+  return {title: String(title || '').slice(0, 60), width: box.width, share, clash, outside};
+}"""
+
+
+def check_phone_layout(path: str, i: int, info: dict) -> None:
+    where = f"{path}: figure {i} ({info['title']!r}) at {info['width']:.0f} px"
+    if info["share"] is not None:
+        assert info["share"] >= MIN_PLOT_SHARE, f"{where}: the plot spans {info['share']:.0%} of the width"
+    assert info["clash"] == [], f"{where}: texts run into each other: {info['clash']}"
+    assert info["outside"] == [], f"{where}: texts leave the figure: {info['outside']}"
 
 
 def test_colab_links_point_at_notebooks_in_the_repo():
@@ -323,337 +326,6 @@ def test_every_chapter_has_an_execution_time():
         if entry.startswith("chapters/"):
             name = Path(entry).name
             assert name in report and report[name]["passed"], f"{name}: no passing execution in the report"
-
-
-# --- the model in the page ------------------------------------------------------------------------------
-
-
-def inpage_pages() -> list[str]:
-    """The built pages with a model in the page (chapter 12's lab at least, when it was built)."""
-    pages = [
-        f"{e}.html"
-        for e in built_toc()
-        if (HTML / f"{e}.html").exists() and 'class="attnbook-inpage"' in (HTML / f"{e}.html").read_text()
-    ]
-    return pages
-
-
-INPAGE_MODELS = {"chapters/12_lab_mini_gpt": "lab_gpt", "chapters/07_multi_head_attention": "three_jobs"}
-
-
-@pytest.mark.parametrize("entry, model", INPAGE_MODELS.items(), ids=list(INPAGE_MODELS.values()))
-def test_pages_have_their_models(entry, model):
-    if entry in built_toc():
-        assert f"{entry}.html" in inpage_pages(), f"{entry}.html has no model in the page"
-        assert (HTML / "_static" / "models" / f"{model}.onnx").is_file()
-        assert (HTML / "_static" / "vendor" / "onnxruntime" / "ort-wasm-simd-threaded.wasm").is_file()
-
-
-class InPage:
-    """One widget on an open page: type, wait for the model, read what it shows."""
-
-    def __init__(self, page, index: int = 0):
-        self.page = page
-        self.root = page.locator("div.attnbook-inpage").nth(index)
-        self.handle = self.root.element_handle()
-
-    def data(self, key: str):
-        return self.root.evaluate(f"el => el.dataset[{key!r}]")
-
-    def wait_ready(self, timeout: float = 30_000):
-        self.page.wait_for_function(
-            "el => el.dataset.state === 'ready' || el.dataset.state === 'error'", arg=self.handle, timeout=timeout
-        )
-        assert self.data("state") == "ready", f"the model did not load: {self.root.inner_text()}"
-
-    def wait_context(self, context: str, timeout: float = 10_000):
-        self.page.wait_for_function(
-            "([el, c]) => el.dataset.context === c && !el.attnbookWidget.busy",
-            arg=[self.handle, context],
-            timeout=timeout,
-        )
-
-    def probs(self):
-        import numpy as np
-
-        return np.array(json.loads(self.data("probs")))
-
-    def weights(self, layer: int, head: int):
-        import numpy as np
-
-        layers = self.root.locator("select[aria-label=layer]")
-        if layers.locator("option").count() > 1:  # one layer: no choice to make (the picker is hidden)
-            layers.select_option(index=layer)
-        self.root.locator("select[aria-label=head]").select_option(index=head)
-        canvas = self.root.locator("canvas")
-        assert canvas.evaluate("c => [c.dataset.layer, c.dataset.head]") == [str(layer), str(head)]
-        return np.array(canvas.evaluate("c => JSON.parse(c.dataset.weights)"))
-
-
-@pytest.fixture(scope="module")
-def lab_model():
-    """The lab's exported model as the site serves it (ONNX Runtime) and as PyTorch (the saved weights)."""
-    from attnbook import export
-
-    served = HTML / "_static" / "models" / "lab_gpt.onnx"
-    meta_path = HTML.parent / "executed" / "exported" / "lab_gpt.json"
-    assert served.is_file() and meta_path.is_file(), f"build the lab's chapter first ({served}, {meta_path})"
-    meta = export.load_meta(meta_path)
-    served_meta = export.load_meta(served.with_suffix(".json"))
-    assert served_meta == meta, "the site serves another description than the one the chapter exported"
-    import hashlib
-
-    assert hashlib.sha256(served.read_bytes()).hexdigest() == meta["sha256"]
-    return meta, export.onnx_session(served), export.load_torch(meta_path)
-
-
-def lab_reference(lab_model, text: str):
-    """What the page must show for ``text``: the prompt rule, then ONNX Runtime on the served file and PyTorch."""
-    import numpy as np
-    import torch
-    from attnbook import export
-
-    meta, session, model = lab_model
-    prompt = export.prompt_ids(text, meta["vocab"], meta["block_size"], meta["start"])
-    logits, weights = export.run_onnx(session, prompt.ids)
-    with torch.no_grad():
-        ref_logits, ref_weights = model(torch.tensor([prompt.ids]), return_weights=True)
-    ref_weights = torch.stack(ref_weights, dim=1).numpy()
-    np.testing.assert_allclose(logits, ref_logits.numpy(), atol=1e-5)
-    np.testing.assert_allclose(weights, ref_weights, atol=1e-5)
-    probs = torch.softmax(ref_logits[0, -1].double(), dim=-1).numpy()
-    return prompt, probs, weights[0]
-
-
-@pytest.fixture(scope="module")
-def lab_page(server, browser):
-    if "chapters/12_lab_mini_gpt.html" not in inpage_pages():
-        pytest.fail("the lab's page with its model was not built")
-    requested: list[str] = []
-    page, errors, outside = open_page(browser, f"{server}/chapters/12_lab_mini_gpt.html", requested=requested)
-    yield page, errors, outside, requested
-    page.close()
-
-
-def test_inpage_loads_nothing_until_in_view_then_answers_within_2_s(lab_page, lab_model, browser):
-    import time
-
-    page, errors, outside, requested = lab_page
-    widget = InPage(page)
-    assert widget.data("state") == "idle"
-    assert [u for u in requested if INPAGE_ASSETS.search(u)] == [], "the model loaded before it was in view"
-
-    def first_use(page, widget):
-        if page.locator(".math").count():  # let the page finish typesetting first: it shares the main thread
-            page.evaluate("() => MathJax.startup.promise")
-        start = time.perf_counter()
-        widget.root.scroll_into_view_if_needed()
-        widget.wait_ready()
-        print(
-            f"\nmodel in the page: first distribution {widget.data('firstMs')} ms after coming into view "
-            f"({time.perf_counter() - start:.2f} s seen from the test; {widget.data('loadTimes')})"
-        )
-        return float(widget.data("firstMs"))
-
-    first_ms = [first_use(page, widget)]
-    if first_ms[0] > 2000:  # a busy moment on a shared machine: one more cold start, in a fresh browser context
-        again, *_ = open_page(browser, page.url)
-        first_ms.append(first_use(again, InPage(again)))
-        again.close()
-    sizes = {
-        Path(urlparse(u).path).name: (HTML / urlparse(u).path.lstrip("/")).stat().st_size
-        for u in requested
-        if INPAGE_ASSETS.search(u) or u.endswith("inpage.js") or u.endswith("inpage.css")
-    }
-    print(f"model in the page: bytes on first use {sum(sizes.values()):,}: {sizes}")
-    assert min(first_ms) <= 2000, f"the first distribution took {first_ms} ms after the widget came into view"
-    widget.wait_context(lab_model[0]["prompt"])
-    assert errors == [] and outside == []
-
-
-PROMPTS = [
-    "To be, or not to be",  # plain
-    "Se\u00f1or Romeo, 1 (or 2)",  # characters outside the vocabulary: dropped, and the page says which
-    "",  # empty: the model reads the start text
-    "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.",  # longer than 64
-]
-
-
-@pytest.mark.parametrize("text", PROMPTS, ids=["plain", "outside-vocabulary", "empty", "longer-than-context"])
-def test_inpage_equals_pytorch(lab_page, lab_model, text):
-    import numpy as np
-
-    page, errors, outside, _ = lab_page
-    widget = InPage(page)
-    widget.root.scroll_into_view_if_needed()
-    widget.wait_ready()
-    prompt, probs, weights = lab_reference(lab_model, text)
-    box = widget.root.locator("textarea")
-    box.fill("")
-    box.type(text) if text and len(text) < 30 else box.fill(text)  # keystrokes, and a paste
-    widget.wait_context(prompt.text)
-    np.testing.assert_allclose(widget.probs(), probs, atol=1e-4)
-    meta = lab_model[0]
-    heads = [(l, h) for l in range(meta["n_layers"]) for h in range(meta["n_heads"])]
-    for layer, head in heads if text == PROMPTS[0] else heads[-1:]:
-        np.testing.assert_allclose(widget.weights(layer, head), weights[layer, head], atol=1e-4)
-    notes = widget.root.locator(".attnbook-inpage-notes").inner_text()
-    for c in prompt.dropped:
-        assert f"\u201c{c}\u201d" in notes or c == " ", f"the page does not say that {c!r} was left out: {notes}"
-    assert ("Empty prompt" in notes) == prompt.empty
-    assert (f"{prompt.cropped} earlier character" in notes) == bool(prompt.cropped), notes
-    bars = widget.root.locator(".attnbook-inpage-bar")
-    assert bars.count() == 10
-    top = np.argsort(-probs)[:10]
-    shown = [float(bars.nth(i).locator(".attnbook-inpage-p").inner_text()) for i in range(10)]
-    np.testing.assert_allclose(shown, probs[top], atol=1e-3)
-    assert errors == [] and outside == []
-
-
-def test_inpage_sampling_rule_is_generates(lab_page):
-    """The page's sampling distribution is GPT.generate's: logits / temperature, top-k (ties kept), softmax."""
-    import numpy as np
-    import torch
-
-    page, _, _, _ = lab_page
-    rng = np.random.default_rng(0)
-    for temperature, top_k in [(1.0, None), (0.5, 3), (2.0, 1), (0.8, 10), (1.3, 65)]:
-        logits = rng.normal(size=65).round(1)  # rounding makes ties
-        got = np.array(
-            page.evaluate(
-                "([l, t, k]) => Array.from(window.attnbookInpage.sampleProbs(l, t, k))",
-                [logits.tolist(), temperature, top_k],
-            )
-        )
-        z = torch.tensor(logits) / temperature  # the lines of models.GPT.generate
-        if top_k is not None:
-            kth = torch.topk(z, top_k).values[-1]
-            z = z.masked_fill(z < kth, float("-inf"))
-        np.testing.assert_allclose(got, torch.softmax(z, dim=-1).numpy(), atol=1e-12)
-    greedy = page.evaluate("() => Array.from(window.attnbookInpage.sampleProbs([1, 3, 2], 0, null))")
-    assert greedy == [0, 1, 0]
-
-
-def test_inpage_continue_greedy_follows_the_model(lab_page, lab_model):
-    """Temperature 0: every character "continue" appends is the most likely one under PyTorch."""
-
-    page, errors, outside, _ = lab_page
-    widget = InPage(page)
-    widget.wait_ready()
-    box = widget.root.locator("textarea")
-    box.fill("ROMEO:\n")
-    widget.wait_context("ROMEO:\n")
-    widget.root.locator("input[type=range]").evaluate("el => { el.value = '0'; el.dispatchEvent(new Event('input')); }")
-    widget.root.locator("input[type=number]").fill("12")
-    widget.root.locator("button", has_text="Continue").click()
-    page.wait_for_function(
-        "el => el.value.length >= 19 && !el.closest('.attnbook-inpage').attnbookWidget.generating",
-        arg=box.element_handle(),
-        timeout=20_000,
-    )
-    text = box.input_value()
-    assert text.startswith("ROMEO:\n") and len(text) == 19
-    for n in range(7, 19):
-        _, probs, _ = lab_reference(lab_model, text[:n])
-        chosen = lab_model[0]["vocab"].index(text[n])
-        assert probs[chosen] >= probs.max() - 1e-4, f"character {n} ({text[n]!r}) is not the most likely one"
-    assert errors == [] and outside == []
-
-
-def test_inpage_keystroke_time_at_64_characters(lab_page, lab_model):
-    """Time from a keystroke to the updated bars and heatmap, with 64 characters in the box."""
-    import statistics
-
-    page, errors, _, _ = lab_page
-    widget = InPage(page)
-    widget.wait_ready()
-    box = widget.root.locator("textarea")
-    text = "KING RICHARD III:\nNow is the winter of our discontent made glorious summer by"
-    box.fill(text[:54])
-    widget.wait_context(text[:54])
-    times = []
-    for i in range(54, 64):
-        box.press(text[i] if text[i] != " " else "Space")
-        widget.wait_context(text[: i + 1])
-        times.append(float(widget.data("updateMs")))
-    median = statistics.median(times)
-    print(
-        f"\nmodel in the page: update after a keystroke at {len(text[:64])} characters: median {median:.1f} ms, "
-        f"max {max(times):.1f} ms (shared machine)"
-    )
-    assert median <= 250, f"a keystroke takes {median:.0f} ms to update the page (goal 100 ms)"
-    assert errors == []
-
-
-def test_inpage_on_a_phone(server, browser, lab_model):
-    """At a phone's width the widget fits the screen and works."""
-    if "chapters/12_lab_mini_gpt.html" not in inpage_pages():
-        pytest.fail("the lab's page with its model was not built")
-    page, errors, outside = open_page(
-        browser,
-        f"{server}/chapters/12_lab_mini_gpt.html",
-        viewport={"width": 390, "height": 844},
-        device_scale_factor=2,
-        is_mobile=True,
-        has_touch=True,
-    )
-    try:
-        widget = InPage(page)
-        widget.root.scroll_into_view_if_needed()
-        widget.wait_ready()
-        text = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\nDeny thy father and refuse thy name"
-        widget.root.locator("textarea").fill(text)
-        widget.wait_context(lab_reference(lab_model, text)[0].text)
-        box = widget.root.bounding_box()
-        canvas = widget.root.locator("canvas").bounding_box()
-        assert box["x"] >= 0 and box["x"] + box["width"] <= 390 + 1, f"the widget is wider than the phone: {box}"
-        assert canvas["x"] + canvas["width"] <= box["x"] + box["width"] + 1, f"the heatmap overflows: {canvas}"
-        assert widget.root.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
-        assert errors == [] and outside == []
-    finally:
-        page.close()
-
-
-def test_three_jobs_in_the_page_equals_onnx_runtime(server, browser):
-    """Chapter 07's three-head model: the page's answers and head weights are ONNX Runtime's on the served file.
-
-    (The chapter's cell checks that file against PyTorch; the model's class lives in the chapter, so no
-    PyTorch checkpoint is exported for it.)
-    """
-    import numpy as np
-    from attnbook import export
-
-    if "chapters/07_multi_head_attention.html" not in inpage_pages():
-        pytest.fail("chapter 07's page with its model was not built")
-    served = HTML / "_static" / "models" / "three_jobs.onnx"
-    meta = export.load_meta(served.with_suffix(".json"))
-    session = export.onnx_session(served)
-    page, errors, outside = open_page(browser, f"{server}/chapters/07_multi_head_attention.html")
-    try:
-        widget = InPage(page)
-        assert widget.data("state") == "idle" and widget.data("kind") == "tagger"
-        widget.root.scroll_into_view_if_needed()
-        widget.wait_ready()
-        box = widget.root.locator("textarea")
-        for text in ["abcdefghBjklmnop", "aaCbb", "x", "abcdefghijklmnopqrsDA"]:
-            prompt = export.prompt_ids(text, meta["vocab"], meta["block_size"], meta["start"])
-            box.fill(text)
-            widget.wait_context(prompt.text)
-            *logits, weights = export.run_onnx(session, prompt.ids)
-            answers = json.loads(widget.data("answers"))
-            for job, out in zip(meta["jobs"], logits):
-                z = out[0] - out[0].max(-1, keepdims=True)
-                probs = np.exp(z) / np.exp(z).sum(-1, keepdims=True)  # (T, C)
-                np.testing.assert_allclose(np.array(answers[job["name"]]), probs, atol=1e-4)
-            for head in range(meta["n_heads"]):
-                np.testing.assert_allclose(widget.weights(0, head), weights[0, 0, head], atol=1e-4)
-            cells = widget.root.locator("table tbody tr").first.locator("td")
-            assert cells.count() == len(prompt.ids)
-            notes = widget.root.locator(".attnbook-inpage-notes").inner_text()
-            assert ("left out" in notes) == bool(prompt.dropped or prompt.cropped), notes
-        assert errors == [] and outside == []
-    finally:
-        page.close()
 
 
 def test_diagram_files_render_on_their_own(browser):

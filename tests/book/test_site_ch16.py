@@ -8,13 +8,9 @@ prediction confident, and the induction head's row points at the letter after th
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import json
 import os
-import shutil
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -26,9 +22,6 @@ pytestmark = pytest.mark.site
 REPO = Path(__file__).resolve().parents[2]
 HTML = Path(os.environ.get("ATTNBOOK_HTML") or REPO / "_build" / "html").resolve()
 PAGE = "chapters/16_what_attention_learns.html"
-CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
-ARGS += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
@@ -66,34 +59,24 @@ def reference(model, text: str):
 
 
 @pytest.fixture(scope="module")
-def page(model):
-    from playwright.sync_api import sync_playwright
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(HTML)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    local = f"127.0.0.1:{httpd.server_address[1]}"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
-        problems: list[str] = []
-        tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-        tab.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
-        tab.on("request", lambda r: problems.append(r.url) if urlparse(r.url).netloc not in (local, "") else None)
-        tab.goto(f"http://{local}/{PAGE}", wait_until="load", timeout=120_000)
-        root = tab.locator("div.attnbook-inpage[data-model=induction]")
-        assert root.count() == 1, "the page has no induction-head model"
-        root.scroll_into_view_if_needed()
-        tab.wait_for_function(
-            "el => ['ready', 'error'].includes(el.dataset.state)", arg=root.element_handle(), timeout=60_000
-        )
-        assert root.evaluate("el => el.dataset.state") == "ready", root.inner_text()
-        yield tab, root, problems
-        browser.close()
-    httpd.shutdown()
+def page(model, server, browser):
+    """The page with its model loaded, opened in the session's Chromium (conftest.py) on the local server."""
+    local = urlparse(server).netloc
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    tab.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
+    tab.on("request", lambda r: problems.append(r.url) if urlparse(r.url).netloc not in (local, "") else None)
+    tab.goto(f"{server}/{PAGE}", wait_until="load", timeout=120_000)
+    root = tab.locator("div.attnbook-inpage[data-model=induction]")
+    assert root.count() == 1, "the page has no induction-head model"
+    root.scroll_into_view_if_needed()
+    tab.wait_for_function(
+        "el => ['ready', 'error'].includes(el.dataset.state)", arg=root.element_handle(), timeout=60_000
+    )
+    assert root.evaluate("el => el.dataset.state") == "ready", root.inner_text()
+    yield tab, root, problems
+    tab.close()
 
 
 def type_and_wait(tab, root, text: str, context: str) -> None:

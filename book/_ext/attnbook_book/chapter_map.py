@@ -141,7 +141,7 @@ def render_svg(book: list[Chapter], href) -> str:
     width, height = 2 * margin + cols * (box_w + gap_x) - gap_x, y
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="attnbook-chapter-map" '
-        f'role="img" aria-label="Which chapter builds on which">',
+        f'role="group" aria-label="Which chapter builds on which: a link to each chapter, in reading order">',
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#5b6b7b"/></marker></defs>',
     ]
@@ -174,7 +174,8 @@ def render_svg(book: list[Chapter], href) -> str:
         x, y = pos[c.label]
         lines = textwrap.wrap(f"{c.number}. {c.title}", 26)[:3]
         out.append(
-            f'<a href="{html.escape(href(c))}"><rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" '
+            f'<a href="{html.escape(href(c))}" tabindex="0">'  # tabindex: Chromium skips SVG links otherwise
+            f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" '
             f'fill="#eaf1f8" stroke="#1f4e79" stroke-width="1.2"/>'
         )
         start = y + box_h / 2 - 8 * (len(lines) - 1) + 5

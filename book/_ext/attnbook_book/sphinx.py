@@ -8,7 +8,12 @@
   page (see ``inpage``);
 - removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice);
 - turns the chapters' diagram images into numbered inline figures (``figures``) and writes the stylesheet
-  and script that let diagrams and plotly figures follow the theme's light and dark modes;
+  and script that let diagrams and plotly figures follow the theme's light and dark modes; the script
+  (``static/plotly-book.js``) also lays plotly figures out for phones and gives them a text alternative and
+  keyboard control;
+- for readers of every kind (WCAG 2.1 AA, checked by ``a11y`` in the site tests): replaces the theme's search
+  field and colour-mode button (``templates/``), names the widgets' slider handles and the toggles of folded
+  code, gives the bibliography list items, and makes links, focus and captions visible in both colour modes.
 - numbers the pages of a chapter in several pages 9.1, 9.2, ... (``number_section_pages``).
 """
 
@@ -69,6 +74,45 @@ WIDGETS_SHIM = """\
   function install() { if (window.MathJax && !window.MathJax.Hub) { window.MathJax.Hub = hub; } }
   install();
   document.addEventListener("DOMContentLoaded", install);
+
+  // Accessible names: a slider's handle (role="slider") is named by the widget's visible label, or by its
+  // tooltip when it has no label; a box that scrolls sideways can be reached with the keyboard.
+  function name(root) {
+    root.querySelectorAll(".noUi-handle[role=slider]:not([aria-labelledby]):not([aria-label])").forEach(function (h) {
+      var widget = h.closest(".widget-slider, .jupyter-widgets");
+      var label = widget && widget.querySelector(".widget-label");
+      if (label && label.textContent.trim()) {
+        label.id = label.id || "attnbook-widget-label-" + (++name.count);
+        h.setAttribute("aria-labelledby", label.id);
+      } else {
+        h.setAttribute("aria-label", (widget && widget.getAttribute("title")) || "slider");
+      }
+    });
+    root.querySelectorAll(".jupyter-widgets.widget-container").forEach(function (box) {
+      if (box.scrollWidth > box.clientWidth + 1 && !box.hasAttribute("tabindex")) box.setAttribute("tabindex", "0");
+    });
+  }
+  name.count = 0;
+  // The arrow keys move a slider one step (Page Up and Page Down ten): the widget manager's slider moves
+  // with Home and End but not with the arrows.
+  document.addEventListener("keydown", function (e) {
+    var dir = {ArrowRight: 1, ArrowUp: 1, PageUp: 10, ArrowLeft: -1, ArrowDown: -1, PageDown: -10}[e.key];
+    var handle = e.target;
+    var target = handle && handle.closest && handle.classList.contains("noUi-handle") && handle.closest(".noUi-target");
+    if (!dir || !target || !target.noUiSlider) return;
+    var api = target.noUiSlider, o = api.options, step = +o.step || (o.range.max - o.range.min) / 100;
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    var before = +api.get(), tries = [1, 2, 5, 10, 20, 50]; // where the widget rounds to a coarser step
+    for (var i = 0; i < tries.length && Math.abs(+api.get() - before) < 1e-12; i++) {
+      api.set(before + dir * step * tries[i]);
+    }
+  }, true);
+  var pending = null; // widgets render after the page loads: name them once the page stops changing
+  new MutationObserver(function () {
+    clearTimeout(pending);
+    pending = setTimeout(function () { name(document); }, 50);
+  }).observe(document.documentElement, {childList: true, subtree: true});
 })();
 """
 
@@ -107,51 +151,9 @@ def copy_assets(app, exception) -> None:
 
 
 THEME_CSS = "attnbook/theme.css"  # relative to _static: on every page
-PLOTLY_THEME_JS = "attnbook/plotly-theme.js"  # relative to _static: on pages with a plotly figure
-
-PLOTLY_THEME = """\
-// Plotly figures follow the book's colour mode: in dark mode the layout gets the colours of
-// attnbook.style.PLOTLY_DARK (written here by the build); switching back restores the figure's own.
-(function () {
-  var DARK = %(dark)s;
-  function isDark() { return document.documentElement.dataset.theme === "dark"; }
-  function get(obj, path) {
-    var parts = path.replace(/\\[(\\d+)\\]/g, ".$1").split(".");
-    for (var i = 0; i < parts.length; i++) { if (obj == null) return null; obj = obj[parts[i]]; }
-    return obj === undefined ? null : obj;
-  }
-  function changes(gd) {
-    var u = {paper_bgcolor: DARK.paper_bgcolor, plot_bgcolor: DARK.plot_bgcolor, "font.color": DARK.font_color,
-             "legend.bgcolor": DARK.legend_bgcolor};
-    Object.keys(gd._fullLayout || {}).forEach(function (k) {
-      if (/^[xy]axis[0-9]*$/.test(k)) { for (var p in DARK.axis) { u[k + "." + p] = DARK.axis[p]; } }
-    });
-    (gd.layout.sliders || []).forEach(function (s, i) {
-      for (var p in DARK.slider) { u["sliders[" + i + "]." + p] = DARK.slider[p]; }
-      u["sliders[" + i + "].font.color"] = DARK.font_color;
-      u["sliders[" + i + "].currentvalue.font.color"] = DARK.font_color;
-    });
-    return u;
-  }
-  function apply(gd) {
-    var want = isDark() ? "dark" : "light";
-    if ((gd.dataset.attnbookTheme || "light") === want) { return; }
-    if (want === "dark") {
-      var u = changes(gd), saved = {};
-      for (var k in u) { saved[k] = get(gd.layout, k); }
-      gd._attnbookLight = saved;
-      Plotly.relayout(gd, u);
-    } else {
-      Plotly.relayout(gd, gd._attnbookLight || {});
-    }
-    gd.dataset.attnbookTheme = want;
-  }
-  window.attnbookPlotlyTheme = apply;
-  new MutationObserver(function () {
-    document.querySelectorAll("div.attnbook-plotly").forEach(function (gd) { if (gd._fullLayout) { apply(gd); } });
-  }).observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
-})();
-"""
+PLOTLY_BOOK_JS = "attnbook/plotly-book.js"  # relative to _static: on pages with a plotly figure
+STATIC = Path(__file__).parent / "static"
+TEMPLATES = Path(__file__).parent / "templates"  # the theme's components that the book replaces
 
 
 def theme_css() -> str:
@@ -176,10 +178,63 @@ def theme_css() -> str:
                 f"{dark} .attnbook-chapter-map text{{fill:#e4e9ef}}",
                 f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}",
                 f"{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
+                *A11Y_CSS,
             ]
         )
         + "\n"
     )
+
+
+FOCUS = "var(--pst-color-accent, #c2185b)"  # the theme's focus colour
+A11Y_CSS = [
+    "/* Text for screen readers only (the description of each plotly figure, announcements). */",
+    ".attnbook-sr-only{position:absolute!important;width:1px;height:1px;padding:0;margin:-1px;overflow:hidden;"
+    "clip:rect(0,0,0,0);white-space:nowrap;border:0}",
+    "/* Links and equation numbers read on the tinted background of an admonition (4.5:1 at least). */",
+    'html[data-theme="light"]:root{--pst-color-primary:#1565d8;--pst-color-link:#1565d8}',
+    "/* Captions of output tables, which the dark page shows on a light card. */",
+    'html[data-theme="dark"] .cell_output .output.text_html caption{color:#3d4653}',
+    "/* Where the keyboard is: plotly's sliders and menus, the links of the chapter map, the widgets. */",
+    ".attnbook-plotly g[tabindex]:focus{outline:none}",
+    f".attnbook-plotly g.slider-container:focus-visible .slider-rail-rect,"
+    f".attnbook-plotly g.slider-container:focus-visible .slider-grip-rect,"
+    f".attnbook-plotly g.updatemenu-header-group:focus-visible rect,"
+    f".attnbook-plotly g.updatemenu-button:focus-visible rect,"
+    f".attnbook-plotly g.updatemenu-dropdown-button:focus-visible rect"
+    f"{{stroke:{FOCUS}!important;stroke-width:3px!important}}",
+    f".attnbook-chapter-map a:focus{{outline:none}}.attnbook-chapter-map a:focus-visible rect{{stroke:{FOCUS};"
+    "stroke-width:4px}",
+    f".toggle-button:focus-visible,summary:focus-visible,.dropdown summary:focus-visible"
+    f"{{outline:3px solid {FOCUS};outline-offset:2px}}",
+    f".attnbook-diagram:focus-visible{{outline:3px solid {FOCUS};outline-offset:2px}}",
+    f".jupyter-widgets .noUi-handle:focus-visible,.jupyter-widgets input:focus-visible,"
+    f".jupyter-widgets select:focus-visible,.jupyter-widgets button:focus-visible,"
+    f".jupyter-widgets .widget-readout:focus-visible{{outline:3px solid {FOCUS};outline-offset:2px}}",
+]
+
+
+SCROLL_JS = "attnbook/scroll.js"  # relative to _static: on every page
+SCROLL = """\
+// A diagram wider than the screen scrolls sideways: then the keyboard can reach it (Tab, then the arrow keys)
+// and a screen reader hears what it is.
+(function () {
+  function mark() {
+    document.querySelectorAll(".attnbook-diagram").forEach(function (el) {
+      if (el.scrollWidth > el.clientWidth + 1) {
+        el.setAttribute("tabindex", "0");
+        el.setAttribute("role", "region");
+        el.setAttribute("aria-label", "Diagram, wider than the screen: scroll sideways");
+      } else if (el.getAttribute("role") === "region") {
+        ["tabindex", "role", "aria-label"].forEach(function (a) { el.removeAttribute(a); });
+      }
+    });
+  }
+  var timer = null;
+  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(mark, 100); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
+  else mark();
+})();
+"""
 
 
 def write_theme_assets(app, exception) -> None:
@@ -192,7 +247,36 @@ def write_theme_assets(app, exception) -> None:
     folder = Path(app.outdir) / "_static" / "attnbook"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "theme.css").write_text(theme_css())
-    (folder / "plotly-theme.js").write_text(PLOTLY_THEME % {"dark": json.dumps(style.PLOTLY_DARK)})
+    (folder / "scroll.js").write_text(SCROLL)
+    settings = json.dumps({"dark": style.PLOTLY_DARK, "phone": style.PLOTLY_PHONE})
+    (folder / "plotly-book.js").write_text(
+        f"window.attnbookStyle = {settings}; // attnbook.style\n" + (STATIC / "plotly-book.js").read_text()
+    )
+
+
+def add_templates(app, config) -> None:
+    """The theme components the book replaces (``templates/``), ahead of the theme's own."""
+    config.templates_path = [str(TEMPLATES), *config.templates_path]
+
+
+# Markup of docutils and myst-nb that screen readers get wrong, and what the book writes instead:
+# - the bibliography's entries carry the deprecated ARIA role ``doc-biblioentry``, which is no list item,
+#   inside a ``role="list"``: list items;
+# - the toggle of a folded code cell is named "Toggle hidden content", not what it shows ("Show code cell
+#   source"): named by what it shows.
+MARKUP_FIXES = [
+    ('role="doc-biblioentry"', 'role="listitem"'),
+    ('<summary aria-label="Toggle hidden content">', "<summary>"),
+]
+
+
+def fix_markup(app, pagename, templatename, context, doctree) -> None:
+    body = context.get("body")
+    for old, new in MARKUP_FIXES:
+        if body and old in body:
+            body = body.replace(old, new)
+    if body:
+        context["body"] = body
 
 
 def number_section_pages(app, env) -> list[str]:
@@ -379,11 +463,14 @@ class ExerciseTableDirective(SphinxDirective):
 def setup(app):
     app.add_config_value("attnbook_node_modules", str(REPO / "node_modules"), "html")
     app.connect("builder-inited", check_assets)
+    app.connect("config-inited", add_templates)
     app.connect("html-page-context", dedupe_scripts, priority=900)
+    app.connect("html-page-context", fix_markup)
     app.connect("env-get-updated", number_section_pages, priority=900)  # after Sphinx numbers the sections
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
     app.add_css_file(THEME_CSS)
+    app.add_js_file(SCROLL_JS)
     app.add_transform(DiagramFigures)
     app.add_directive("chapter-map", ChapterMapDirective)
     app.add_directive("chapter-times", ChapterTimesDirective)

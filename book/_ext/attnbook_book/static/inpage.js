@@ -9,6 +9,14 @@
 // A model that labels every position (data-kind="tagger", attnbook.export.tagger_to_onnx) gets a table of
 // its answers under the typed characters instead of the bars and the button.
 //
+// For every reader (the contract any model in the page gets from this file, with no code of its own): the
+// prediction is announced in a polite ARIA live region (.attnbook-inpage-announce: the five most likely next
+// characters with their probabilities, or each job's answer at the last position) once the reader stops
+// typing; the heatmap is an image named by its layer, head and length, described by a hidden summary (for
+// each character, the character it attends to most, with the weight), and focusable: the arrow keys move
+// a cursor over its cells (Home and End to the row's ends) and the readout under it, itself a live region,
+// says the weight; layer and head are chosen with <select>s, the bars are buttons.
+//
 // For tests, each widget exposes what it shows: data-state (idle, loading, ready, error), data-context (the
 // text the model read), data-probs (all next-character probabilities) or data-answers (every job's
 // probabilities at every position), data-first-ms and data-update-ms (times), and the heatmap's
@@ -131,6 +139,8 @@
                                 autocapitalize: "off"}, top);
     this.text.value = root.dataset.prompt || "";
     this.notes = el("p", {"class": "attnbook-inpage-notes", "aria-live": "polite"}, top);
+    this.announcer = el("p", {"class": "attnbook-inpage-announce attnbook-sr-only", "aria-live": "polite",
+                              "aria-atomic": "true"}, top);
     this.notes.textContent = "The model loads when this box comes into view.";
 
     var panels = el("div", {"class": "attnbook-inpage-panels"}, root);
@@ -161,9 +171,14 @@
     layer.append(" ");
     pick.append("head ");
     this.head = el("select", {"aria-label": "head"}, pick);
-    this.canvas = el("canvas", {"class": "attnbook-inpage-heatmap", role: "img"}, right);
-    this.readout = el("p", {"class": "attnbook-inpage-readout",
-                            text: "Row: a character reading (query); column: the character it reads (key)."}, right);
+    this.canvas = el("canvas", {"class": "attnbook-inpage-heatmap", role: "img", tabindex: "0",
+                                "aria-label": "Attention weights: drawn when the model has loaded",
+                                "aria-describedby": id + "-heat"}, right);
+    this.heatText = el("p", {"class": "attnbook-sr-only", id: id + "-heat"}, right);
+    this.readout = el("p", {"class": "attnbook-inpage-readout", "aria-live": "polite",
+                            text: "Row: a character reading (query); column: the character it reads (key). " +
+                                  "With the heatmap focused, the arrow keys move from cell to cell."}, right);
+    this.cursor = null; // the cell the keyboard is on: {q, k}
 
     this.controls = [this.temperature, this.topK, this.length, this.button, this.layer, this.head];
     this.controls.forEach(function (c) { c.disabled = true; }); // until the model is loaded
@@ -179,6 +194,9 @@
     this.temperature.addEventListener("input", function () { self.temperatureOut.value = self.temperature.value; });
     this.canvas.addEventListener("mousemove", function (e) { self.point(e); });
     this.canvas.addEventListener("click", function (e) { self.point(e); });
+    this.canvas.addEventListener("keydown", function (e) { self.key(e); });
+    this.canvas.addEventListener("focus", function () { self.drawHeatmap(); });
+    this.canvas.addEventListener("blur", function () { self.drawHeatmap(); });
     window.addEventListener("resize", function () { self.drawHeatmap(); });
     var dark = new MutationObserver(function () { if (self.result) self.show(self.prompt, self.result); });
     dark.observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
@@ -307,6 +325,30 @@
     if (this.tagger) this.showAnswers(result);
     else this.showBars(result);
     this.drawHeatmap();
+    this.announceSoon();
+  };
+
+  // Say the prediction to a screen reader once the text stops changing (not at every keystroke).
+  Widget.prototype.announceSoon = function () {
+    var self = this;
+    clearTimeout(this.announceTimer);
+    this.announceTimer = setTimeout(function () { self.announcer.textContent = self.summary(); }, 400);
+  };
+
+  Widget.prototype.summary = function () {
+    if (this.tagger) {
+      var answers = JSON.parse(this.root.dataset.answers), T = this.result.T, jobs = this.meta.jobs;
+      return "At the last of " + T + " positions: " + jobs.map(function (job) {
+        var p = answers[job.name][T - 1], best = 0;
+        for (var c = 1; c < p.length; c++) if (p[c] > p[best]) best = c;
+        return job.name + " " + Array.from(job.labels)[best] + " (" + p[best].toFixed(2) + ")";
+      }).join(", ") + ".";
+    }
+    var probs = JSON.parse(this.root.dataset.probs), vocab = this.vocab;
+    var order = probs.map(function (p, i) { return i; }).sort(function (a, b) { return probs[b] - probs[a]; });
+    return "Most likely next characters: " + order.slice(0, 5).map(function (i) {
+      return describe(vocab[i]) + " " + probs[i].toFixed(3);
+    }).join(", ") + ".";
   };
 
   // A language model: bars of the ten most likely next characters (a click appends one).
@@ -420,6 +462,12 @@
         ctx.fillRect(margin + k * cell, margin + q * cell, cell, cell);
       }
     }
+    if (this.cursor && document.activeElement === this.canvas) { // the keyboard's cell
+      var c = this.cursor = {q: Math.min(this.cursor.q, T - 1), k: Math.min(this.cursor.k, T - 1)};
+      ctx.strokeStyle = colours.text;
+      ctx.lineWidth = 2;
+      ctx.strokeRect(margin + c.k * cell + 1, margin + c.q * cell + 1, cell - 2, cell - 2);
+    }
     if (labels) {
       ctx.fillStyle = colours.text;
       ctx.font = Math.min(12, cell) + "px monospace";
@@ -432,6 +480,33 @@
     }
     this.canvas.setAttribute("aria-label", "Attention weights of layer " + (+this.layer.value + 1) + ", head " +
                              (+this.head.value + 1) + " over the " + T + " characters the model reads");
+    this.heatText.textContent = this.heatSummary(rows, chars);
+  };
+
+  // In words: for each character, the one it attends to most.
+  Widget.prototype.heatSummary = function (rows, chars) {
+    var causal = this.meta.causal;
+    return "For each character, the character it attends to most: " + rows.map(function (row, q) {
+      var best = 0;
+      for (var k = 1; k < row.length; k++) if ((!causal || k <= q) && row[k] > row[best]) best = k;
+      return (q + 1) + " " + describe(chars[q]) + " to " + (best + 1) + " " + describe(chars[best]) + " (" +
+        row[best].toFixed(2) + ")";
+    }).join("; ") + ".";
+  };
+
+  Widget.prototype.key = function (e) { // arrow keys move the keyboard's cell
+    if (!this.geometry) return;
+    var T = this.geometry.T, c = this.cursor || {q: T - 1, k: 0};
+    var moves = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]};
+    if (moves[e.key]) { c = {q: c.q + moves[e.key][0], k: c.k + moves[e.key][1]}; }
+    else if (e.key === "Home") { c = {q: c.q, k: 0}; }
+    else if (e.key === "End") { c = {q: c.q, k: T - 1}; }
+    else if (!this.cursor && (e.key === "Enter" || e.key === " ")) { c = {q: T - 1, k: 0}; }
+    else return;
+    e.preventDefault();
+    this.cursor = {q: Math.max(0, Math.min(T - 1, c.q)), k: Math.max(0, Math.min(T - 1, c.k))};
+    this.drawHeatmap();
+    this.readCell(this.cursor.q, this.cursor.k);
   };
 
   Widget.prototype.point = function (event) { // say which weight is under the pointer
@@ -440,6 +515,10 @@
     var k = Math.floor(((event.clientX - box.left) * scale - g.margin) / g.cell);
     var q = Math.floor(((event.clientY - box.top) * scale - g.margin) / g.cell);
     if (q < 0 || k < 0 || q >= g.T || k >= g.T) return;
+    this.readCell(q, k);
+  };
+
+  Widget.prototype.readCell = function (q, k) {
     var chars = Array.from(this.prompt.text), w = this.matrix()[q][k];
     this.readout.textContent = "Character " + (q + 1) + " (" + describe(chars[q]) + ") reading character " +
       (k + 1) + " (" + describe(chars[k]) + "): " +
