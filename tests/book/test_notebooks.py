@@ -42,7 +42,7 @@ def test_chapter_shape(md):
     # extras allowed (attnbook[export]); the address written out, or held in REPO so that the cell fits 79 columns
     package = r"attnbook(\[[a-z,]+\])? @ git\+"
     installs = re.search(package + re.escape(url), setup) or (
-        re.search(rf'^REPO = "{re.escape(url)}"$', setup, re.M) and re.search(rf'f"{package}\{{REPO\}}"', setup)
+        re.search(rf'^\s*REPO = "{re.escape(url)}"$', setup, re.M) and re.search(rf'f"{package}\{{REPO\}}"', setup)
     )
     assert '"google.colab" in sys.modules' in setup and installs, (
         "the first code cell must be the setup cell that installs the package in Colab"
