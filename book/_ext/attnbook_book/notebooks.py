@@ -131,8 +131,10 @@ def sync(root: Path = CHAPTERS) -> list[Path]:
 
 
 def exercise_manifest(root: Path = CHAPTERS) -> str:
-    """The text of the grader's list of every chapter's exercises (``attnbook/exercises/chapters.json``)."""
-    return catalog.dumps([catalog.parse_notebook(to_ipynb(md), md.stem) for md in chapter_sources(root)])
+    """The text of the grader's list of every chapter's exercises (``attnbook/exercises/chapters.json``), by page:
+    one entry per page with exercises (a further page of a chapter may have none, and has nothing to grade)."""
+    pages = [catalog.parse_notebook(to_ipynb(md), md.stem) for md in chapter_sources(root)]
+    return catalog.dumps([page for page in pages if page.exercises])
 
 
 def write_exercise_manifest(root: Path = CHAPTERS, target: Path = catalog.MANIFEST) -> bool:
