@@ -94,7 +94,7 @@ def check_multi_head_attention(fn) -> Result:
         ),
         Mistake(
             "the softmax is over the queries; it must be over the keys, the last axis (dim=-1). "
-            "(softmax(E, dim=1) is right for an N x N matrix, not for H x N x N.)",
+            "(softmax(S, dim=1) is right for a T x T matrix, not for H x T x T.)",
             lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, dim=-2),
         ),
         Mistake(
@@ -133,18 +133,18 @@ def check_weights_memory(answer, seq_len: int = 4096, n_heads: int = 8) -> Resul
     """MiB needed to store float32 attention weights for one sequence of seq_len tokens in one layer with
     n_heads heads.
     """
-    N, H = seq_len, n_heads
-    expected = H * N * N * 4 / 2**20
+    T, H = seq_len, n_heads
+    expected = H * T * T * 4 / 2**20
     return check_number(
         answer,
-        exercise=f"memory of the attention weights, H = {H}, N = {N}",
+        exercise=f"memory of the attention weights, H = {H}, T = {T}",
         expected=expected,
         rel_tol=1e-3,
         mistakes=[
-            (f"every head has its own N x N weight matrix: multiply by H = {H}.", N * N * 4 / 2**20),
-            ("that is the number of weights; float32 takes 4 bytes each.", H * N * N / 2**20),
-            ("the answer is asked in MiB (2^20 bytes).", float(H * N * N * 4)),
-            ("float32 takes 4 bytes, not 8.", H * N * N * 8 / 2**20),
-            ("a MiB is 2^20 = 1,048,576 bytes, not 10^6.", H * N * N * 4 / 1e6),
+            (f"every head has its own T x T weight matrix: multiply by H = {H}.", T * T * 4 / 2**20),
+            ("that is the number of weights; float32 takes 4 bytes each.", H * T * T / 2**20),
+            ("the answer is asked in MiB (2^20 bytes).", float(H * T * T * 4)),
+            ("float32 takes 4 bytes, not 8.", H * T * T * 8 / 2**20),
+            ("a MiB is 2^20 = 1,048,576 bytes, not 10^6.", H * T * T * 4 / 1e6),
         ],
     )
