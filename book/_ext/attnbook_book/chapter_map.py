@@ -3,7 +3,8 @@
 Both are derived from the book itself at build time: the chapters come from _toc.yml (order, parts,
 numbers), their titles from their first heading, and the arrows from each chapter's "Builds on" line,
 which links to earlier chapters with ``{ref}`` roles. The times come from the execution-time report
-that the notebook execution writes.
+that the notebook execution writes, one row per page: a chapter in several pages (its ``sections:`` in
+_toc.yml, numbered 9.1, 9.2, ...) is one box of the map and one row per page in the tables.
 """
 
 from __future__ import annotations
@@ -33,6 +34,21 @@ class Chapter:
     title: str = ""
     label: str = ""
     builds_on: list[str] = field(default_factory=list)  # labels
+    sections: list[str] = field(default_factory=list)  # docnames of its further pages, e.g. chapters/09_1_x
+
+
+@dataclass
+class Page:
+    """One page of a chapter: the chapter's own (number "9") or one of its sections (number "9.1")."""
+
+    docname: str
+    number: str
+    title: str
+    chapter: Chapter
+
+
+def _source_of(srcdir: Path, docname: str) -> Path:
+    return next(p for p in (srcdir / f"{docname}.ipynb", srcdir / f"{docname}.md") if p.exists())
 
 
 def _markdown_of(path: Path) -> str:
@@ -55,15 +71,26 @@ def chapters(srcdir: Path) -> list[Chapter]:
             continue
         for entry in part.get("chapters", []):
             docname = entry["file"]
-            found.append(Chapter(docname, len(found) + 1, part.get("caption", "")))
+            sections = [s["file"] for s in entry.get("sections", [])]
+            found.append(Chapter(docname, len(found) + 1, part.get("caption", ""), sections=sections))
     for chapter in found:
-        path = next(p for p in (srcdir / f"{chapter.docname}.ipynb", srcdir / f"{chapter.docname}.md") if p.exists())
-        text = _markdown_of(path)
+        text = _markdown_of(_source_of(srcdir, chapter.docname))
         label, title = LABEL.search(text), TITLE.search(text)
         chapter.label = label.group(1) if label else ""
         chapter.title = title.group(1).strip() if title else chapter.docname
         line = BUILDS_ON.search(text)
         chapter.builds_on = REF.findall(line.group(1)) if line else []
+    return found
+
+
+def pages(srcdir: Path) -> list[Page]:
+    """Every page of the numbered chapters, in book order: each chapter's own page, then its sections."""
+    found = []
+    for chapter in chapters(srcdir):
+        found.append(Page(chapter.docname, str(chapter.number), chapter.title, chapter))
+        for k, docname in enumerate(chapter.sections, start=1):
+            title = TITLE.search(_markdown_of(_source_of(srcdir, docname)))
+            found.append(Page(docname, f"{chapter.number}.{k}", title.group(1).strip() if title else docname, chapter))
     return found
 
 
@@ -163,31 +190,31 @@ def render_svg(book: list[Chapter], href) -> str:
 
 @dataclass
 class Exercise:
-    chapter: Chapter
+    page: Page
     title: str
     label: str
     checker: str  # "module.function" of attnbook.exercises, or "" when no check follows
 
 
 def exercises(srcdir: Path) -> list[Exercise]:
-    """Every exercise of the numbered chapters, with the checker its check cell calls.
+    """Every exercise of the numbered chapters' pages, with the checker its check cell calls.
 
-    The chapters are read by :func:`attnbook.exercises.catalog.parse_notebook`, the parser the grader's
+    The pages are read by :func:`attnbook.exercises.catalog.parse_notebook`, the parser the grader's
     list of exercises comes from.
     """
     found = []
-    for chapter in chapters(srcdir):
-        path = srcdir / f"{chapter.docname}.ipynb"
+    for page in pages(srcdir):
+        path = srcdir / f"{page.docname}.ipynb"
         if not path.exists():
             continue
         parsed = catalog.parse_notebook(json.loads(path.read_text()), path.stem)
         found += [
-            Exercise(chapter, e.title, e.label, f"{parsed.module}.{e.checker}" if e.checker else "")
+            Exercise(page, e.title, e.label, f"{parsed.module}.{e.checker}" if e.checker else "")
             for e in parsed.exercises
         ]
     return found
 
 
 def execution_times(report: Path) -> dict[str, dict]:
-    """The execution-time report: chapter file stem -> {"seconds": ..., ...}."""
+    """The execution-time report: page file stem -> {"seconds": ..., ...}."""
     return json.loads(report.read_text())

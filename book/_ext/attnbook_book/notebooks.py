@@ -1,5 +1,9 @@
 """Chapter notebooks: pairing .md and .ipynb, the student version, and the staged tree the book is built from.
 
+A chapter is one page, ``chapters/NN_slug.md``, or several: the chapter's file keeps its label and first part,
+and each further page is ``chapters/NN_K_slug.md`` (K = 1, 2, ...), listed under the chapter in _toc.yml with
+``sections:`` (numbered NN.1, NN.2 in the book). Every page is a notebook of its own.
+
 Run as a program:
 
     python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
@@ -29,15 +33,34 @@ CHAPTERS = REPO / "chapters"
 SOLUTION_TAG = "solution"
 _DIRECTIVE = re.compile(r"^\s*(`{3,}|:{3,})\{solution-(start|end)\}")
 _FENCE_CLOSE = re.compile(r"^\s*(`{3,}|:{3,})\s*$")
+PAGE_NAME = re.compile(r"^(\d\d)_(?:(\d+)_)?[A-Za-z]")  # NN_slug (a chapter) or NN_K_slug (its page K)
+
+
+def page_key(name: str | Path) -> tuple[int, int, str]:
+    """Where a page sorts: (chapter number, page number within the chapter, 0 for the chapter's own file, name).
+
+    ``09_flash_attention`` -> (9, 0, ...), ``09_1_online_softmax`` -> (9, 1, ...): a chapter's further pages
+    follow it, in the order of K.
+    """
+    stem = Path(name).stem
+    match = PAGE_NAME.match(stem)
+    if match is None:
+        raise ValueError(f"{stem!r} is not a chapter page's name (NN_slug or NN_K_slug)")
+    return int(match.group(1)), int(match.group(2) or 0), stem
+
+
+def is_section_page(name: str | Path) -> bool:
+    """Whether a chapter page is a further page ``NN_K_slug`` of its chapter (not the chapter's own file)."""
+    return page_key(name)[1] > 0
 
 
 def chapter_sources(root: Path = CHAPTERS) -> list[Path]:
-    """The chapters' MyST sources, in file-name order."""
-    return sorted(p for p in root.glob("[0-9][0-9]_*.md"))
+    """The MyST sources of every chapter page, in book order: each chapter, then its pages NN_1, NN_2, ..."""
+    return sorted(root.glob("[0-9][0-9]_*.md"), key=page_key)
 
 
 def toc_files(repo: Path = REPO) -> list[str]:
-    """Every file named in _toc.yml (without suffix), in order."""
+    """Every file named in _toc.yml (without suffix), in order: a chapter's sections follow it."""
     toc = yaml.safe_load((repo / "_toc.yml").read_text())
     found = [toc["root"]]
 
@@ -52,6 +75,17 @@ def toc_files(repo: Path = REPO) -> list[str]:
                 walk(value)
 
     walk({k: v for k, v in toc.items() if k != "root"})
+    return found
+
+
+def toc_chapters(repo: Path = REPO) -> list[tuple[str, list[str]]]:
+    """The chapters of _toc.yml (files under ``chapters/``) in order, each with the files of its sections."""
+    toc = yaml.safe_load((repo / "_toc.yml").read_text())
+    found = []
+    for part in toc.get("parts", []):
+        for entry in part.get("chapters", []):
+            if entry.get("file", "").startswith("chapters/"):
+                found.append((entry["file"], [s["file"] for s in entry.get("sections", [])]))
     return found
 
 
@@ -200,8 +234,8 @@ def write_student(out_dir: Path, root: Path = CHAPTERS) -> list[Path]:
 def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False) -> None:
     """Assemble the book's sources in ``src``: config, front and back matter, and the executed chapters.
 
-    With ``partial``, chapters that were not executed are left out of the staged _toc.yml instead of
-    being an error (for building one chapter while working on it).
+    With ``partial``, chapter pages that were not executed are left out of the staged _toc.yml instead of
+    being an error (for building one chapter, or one page of it, while working on it).
     """
     if src.exists():
         shutil.rmtree(src)
@@ -230,12 +264,28 @@ def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False
     if missing and not partial:
         raise FileNotFoundError("these chapters have not been executed (run `make execute`): " + ", ".join(missing))
     if missing:
-        absent = {Path(m).stem for m in missing}
         toc = yaml.safe_load((repo / "_toc.yml").read_text())
         for part in toc.get("parts", []):
-            part["chapters"] = [c for c in part.get("chapters", []) if Path(c.get("file", "")).name not in absent]
+            part["chapters"] = _executed_entries(part.get("chapters", []), {Path(m).stem for m in missing})
         toc["parts"] = [p for p in toc.get("parts", []) if p["chapters"]]
         (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+
+
+def _executed_entries(entries: list[dict], absent: set[str]) -> list[dict]:
+    """The toc entries without the pages in ``absent``: a chapter keeps its executed sections; a chapter that was
+    not executed leaves its executed sections in its place, as chapters of the part."""
+    kept = []
+    for entry in entries:
+        entry = dict(entry)
+        if "sections" in entry:
+            entry["sections"] = _executed_entries(entry["sections"], absent)
+            if not entry["sections"]:
+                del entry["sections"]
+        if Path(entry.get("file", "")).name not in absent:
+            kept.append(entry)
+        else:
+            kept += entry.get("sections", [])
+    return kept
 
 
 def main(argv: list[str] | None = None) -> int:

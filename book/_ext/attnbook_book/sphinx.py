@@ -8,7 +8,8 @@
   page (see ``inpage``);
 - removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice);
 - turns the chapters' diagram images into numbered inline figures (``figures``) and writes the stylesheet
-  and script that let diagrams and plotly figures follow the theme's light and dark modes.
+  and script that let diagrams and plotly figures follow the theme's light and dark modes;
+- numbers the pages of a chapter in several pages 9.1, 9.2, ... (``number_section_pages``).
 """
 
 from __future__ import annotations
@@ -194,6 +195,47 @@ def write_theme_assets(app, exception) -> None:
     (folder / "plotly-theme.js").write_text(PLOTLY_THEME % {"dark": json.dumps(style.PLOTLY_DARK)})
 
 
+def number_section_pages(app, env) -> list[str]:
+    """A chapter in several pages numbers its pages 9.1, 9.2, ...; its own page's headings go unnumbered.
+
+    Sphinx numbers the headings of a chapter's page (9.1, 9.2, ...) and then the pages listed under it in
+    _toc.yml after them (9.7, 9.8, ...). Run after the numbers are assigned, this gives the numbers to the
+    pages and to their headings (9.1.1, ...) and takes them from the headings of the chapter's own page.
+    Returns the pages whose numbers it changed, to be written again.
+    """
+    changed = []
+    for docname, pages in env.toctree_includes.items():
+        numbers = env.toc_secnumbers.get(docname, {})
+        own = numbers.get("")
+        if not pages or not own or len(own) != 1:  # only a numbered chapter's page with pages of its own
+            continue
+        for anchor in numbers:
+            if anchor:
+                numbers[anchor] = None  # None, not absent: an absent heading would take the page's number
+        _apply_numbers(env, docname)
+        changed.append(docname)
+        for k, page in enumerate(pages, start=1):
+            page_numbers = env.toc_secnumbers.get(page, {})
+            for anchor, number in page_numbers.items():
+                if number:
+                    page_numbers[anchor] = (own[0], k, *number[2:])
+            _apply_numbers(env, page)
+            changed.append(page)
+    return changed
+
+
+def _apply_numbers(env, docname: str) -> None:
+    """Copy a page's numbers into its table of contents and its title (what the sidebar and the links show)."""
+    numbers = env.toc_secnumbers.get(docname, {})
+    for reference in env.tocs[docname].findall(nodes.reference):
+        if "anchorname" in reference.attributes:
+            number = numbers.get(reference["anchorname"])
+            reference["secnumber"] = list(number) if number else None
+    if docname in env.titles:
+        number = numbers.get("")
+        env.titles[docname]["secnumber"] = list(number) if number else None
+
+
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -230,7 +272,7 @@ class ChapterMapDirective(SphinxDirective):
 
 
 class ChapterTimesDirective(SphinxDirective):
-    """``{chapter-times}``: a table of each chapter's execution time, read from this build's report."""
+    """``{chapter-times}``: a table of each chapter page's execution time, read from this build's report."""
 
     def run(self):
         report = Path(self.env.srcdir) / TIMES_REPORT
@@ -242,8 +284,8 @@ class ChapterTimesDirective(SphinxDirective):
             return []
         times = chapter_map.execution_times(report)
         rows, total = [], 0.0
-        for chapter in chapter_map.chapters(Path(self.env.srcdir)):
-            name = Path(chapter.docname).name
+        for page in chapter_map.pages(Path(self.env.srcdir)):  # a chapter in several pages: a row per page
+            name = Path(page.docname).name
             if name not in times:
                 logger.warning(
                     f"{name} is missing from the execution-time report", location=(self.env.docname, self.lineno)
@@ -253,7 +295,7 @@ class ChapterTimesDirective(SphinxDirective):
             total += seconds
             rows.append(
                 [
-                    _xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
+                    _xref("doc", "/" + page.docname, f"{page.number}. {page.title}"),
                     f"{seconds:.0f} s",
                     times[name]["cells"],
                 ]
@@ -305,7 +347,7 @@ def _xref(reftype: str, target: str, text: str) -> nodes.paragraph:
 
 
 class ExerciseTableDirective(SphinxDirective):
-    """``{exercise-table}``: every exercise, what its checker tests, and its chapter's CPU time."""
+    """``{exercise-table}``: every exercise, what its checker tests, and its page's CPU time."""
 
     def run(self):
         import importlib
@@ -314,16 +356,16 @@ class ExerciseTableDirective(SphinxDirective):
         times = chapter_map.execution_times(report) if report.exists() else {}
         rows = []
         for exercise in chapter_map.exercises(Path(self.env.srcdir)):
-            chapter = exercise.chapter
+            page = exercise.page
             what = "(no automatic check)"
             if exercise.checker:
                 module, name = exercise.checker.rsplit(".", 1)
                 doc = getattr(importlib.import_module(f"attnbook.exercises.{module}"), name).__doc__ or ""
                 what = " ".join(doc.strip().split("\n\n")[0].split())
-            seconds = times.get(Path(chapter.docname).name, {}).get("seconds")
+            seconds = times.get(Path(page.docname).name, {}).get("seconds")
             rows.append(
                 [
-                    _xref("doc", "/" + chapter.docname, f"{chapter.number}. {chapter.title}"),
+                    _xref("doc", "/" + page.docname, f"{page.number}. {page.title}"),
                     _xref("ref", exercise.label, exercise.title) if exercise.label else exercise.title,
                     _with_literals(what),
                     f"{seconds:.0f} s" if seconds is not None else "not measured",
@@ -331,13 +373,14 @@ class ExerciseTableDirective(SphinxDirective):
             )
         if not rows:
             logger.warning("no exercises found in the chapters", location=(self.env.docname, self.lineno))
-        return [_table((22, 22, 44, 12), ["Chapter", "Exercise", "What the checker tests", "Chapter CPU time"], rows)]
+        return [_table((22, 22, 44, 12), ["Chapter", "Exercise", "What the checker tests", "Page CPU time"], rows)]
 
 
 def setup(app):
     app.add_config_value("attnbook_node_modules", str(REPO / "node_modules"), "html")
     app.connect("builder-inited", check_assets)
     app.connect("html-page-context", dedupe_scripts, priority=900)
+    app.connect("env-get-updated", number_section_pages, priority=900)  # after Sphinx numbers the sections
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
     app.add_css_file(THEME_CSS)

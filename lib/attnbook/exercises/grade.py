@@ -369,7 +369,8 @@ def grade_notebook(
         found = identify_chapter(nb, path, chapters, chapter)
     except Exception as error:  # noqa: BLE001 - not a notebook, or not one of the book's chapters
         return [Outcome(path.name, "", "", FAILED, f"not graded: {error}", "")]
-    for module in {c.module for c in chapters.values()}:  # every checker is loaded before any learner code runs
+    # every checker is loaded before any learner code runs (a page without exercises names no module)
+    for module in {c.module for c in chapters.values() if c.module}:
         importlib.import_module(f"attnbook.exercises.{module}")
     plan = _plan(nb, found)
     with tempfile.TemporaryDirectory(prefix="attnbook-grade-") as run:
