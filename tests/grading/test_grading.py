@@ -38,10 +38,13 @@ def test_the_installed_list_of_exercises_is_what_the_chapters_say():
     )
     chapters = catalog.load()
     assert list(chapters) == [p.stem for p in notebooks.chapter_sources()]
+    per_chapter = {}  # a chapter in several pages has its exercises on its pages, three at least in all
+    for name, chapter in chapters.items():
+        per_chapter[name[:2]] = per_chapter.get(name[:2], 0) + len(chapter.exercises)
+    assert all(n >= 3 for n in per_chapter.values()), per_chapter
     for name, chapter in chapters.items():
         nb = notebooks.to_ipynb(REPO / "chapters" / f"{name}.md")
         code = [c.source for c in nb.cells if c.cell_type == "code"]
-        assert len(chapter.exercises) >= 3, name
         for e in chapter.exercises:
             module = __import__(f"attnbook.exercises.{chapter.module}", fromlist=["x"])
             assert callable(getattr(module, e.checker)), (name, e.checker)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from .. import audio, contrastive, graphs
+from .. import audio, blocks, contrastive, graphs
 from . import ExerciseFailed, Mistake, Result, check_function, clone_args
 
 __all__ = [
+    "check_masked_mean",
     "check_adjacency_mask",
     "check_shortest_paths",
     "check_spectrogram_shape",
@@ -28,6 +29,50 @@ def _require_bool(fn, case, exercise: str) -> None:
             f"the mask must be boolean (True = may attend), got dtype {out.dtype}: "
             f"build it with dtype=torch.bool or from comparisons.",
         )
+
+
+def check_masked_mean(fn) -> Result:
+    """``fn(h, keep)``: h (B, n, D), keep (B, n) bool; the (B, D) mean of each set over its real elements."""
+    g = torch.Generator().manual_seed(15)
+    cases = []
+    for sizes, n, d in (([3, 1, 4], 4, 5), ([2, 2], 3, 2), ([5], 5, 3)):  # the last set has no padding
+        keep = torch.arange(n) < torch.tensor(sizes)[:, None]  # (B, n)
+        h = torch.randn(len(sizes), n, d, generator=g, dtype=torch.float64)
+        cases.append((h, keep))
+
+    def weights(keep, h):
+        return keep.unsqueeze(-1).to(h.dtype)  # (B, n, 1)
+
+    mistakes = [
+        Mistake(
+            "the padding is averaged in: the mean must run over the real elements only (keep is True), "
+            "so multiply by the mask before summing and divide by the number of real elements.",
+            lambda h, keep: h.mean(dim=1),
+        ),
+        Mistake(
+            "the padding is left out of the sum but not out of the count: divide by the number of real "
+            "elements of each set, keep.sum(1), not by n.",
+            lambda h, keep: (h * weights(keep, h)).sum(1) / h.shape[1],
+        ),
+        Mistake(
+            "that is the sum of the real elements; divide by how many there are to get their mean.",
+            lambda h, keep: (h * weights(keep, h)).sum(1),
+        ),
+    ]
+    return check_function(
+        fn,
+        exercise="the mean of a padded set",
+        reference=blocks.masked_mean,
+        cases=cases,
+        mistakes=mistakes,
+        error_hints=[
+            (
+                "must match the size of tensor",
+                "keep is (B, n) and h is (B, n, D): give keep a last axis, "
+                "keep.unsqueeze(-1), so that it multiplies every feature of an element.",
+            ),
+        ],
+    )
 
 
 def _reference_mask(edges, n_nodes):
