@@ -1,7 +1,8 @@
 """The model in the page: export a trained model to ONNX, with every head's attention weights.
 
-:func:`to_onnx` exports a language model (``GPT``); :func:`tagger_to_onnx` a model that labels every
-position for several jobs. Each writes into a folder (``ATTNBOOK_EXPORT_DIR``, else ``./exported``):
+:func:`to_onnx` exports a language model (``GPT``, or the attention-only model of ``interpret``);
+:func:`tagger_to_onnx` a model that labels every position for several jobs. Each writes into a folder
+(``ATTNBOOK_EXPORT_DIR``, else ``./exported``):
 
 - ``NAME.onnx``: the model, input ``ids`` (1, T) for any 1 <= T <= block_size, outputs ``logits``
   (1, T, V) and ``weights`` (1, n_layers, H, T, T), the attention weights of every layer and head;
@@ -18,7 +19,8 @@ Shapes:
     logits:  (1, T, V)
     weights: (1, n_layers, H, T, T)
 
-Chapter: the lab (12: the model in the page); multi-head attention (07: the three-jobs model).
+Chapter: the lab (12: the model in the page); multi-head attention (07: the three-jobs model); what
+attention learns (16: the induction heads).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import torch
 from torch import nn
 
 from . import _checks
+from .interpret import AttentionOnly, AttentionOnlyConfig
 from .measure import format_bytes
 from .models import GPT, TransformerConfig
 
@@ -68,10 +71,14 @@ def export_dir() -> Path:
     return Path(os.environ.get("ATTNBOOK_EXPORT_DIR") or "exported")
 
 
-class _LogitsAndWeights(nn.Module):
-    """A GPT whose forward returns the logits and every layer's attention weights stacked in one tensor."""
+# the language models to_onnx exports, by the name written in NAME.json: (model class, its configuration class)
+ARCHITECTURES = {"GPT": (GPT, TransformerConfig), "AttentionOnly": (AttentionOnly, AttentionOnlyConfig)}
 
-    def __init__(self, model: GPT):
+
+class _LogitsAndWeights(nn.Module):
+    """A language model whose forward returns the logits and every layer's attention weights in one tensor."""
+
+    def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
@@ -174,7 +181,7 @@ def _export(
 
 
 def to_onnx(
-    model: GPT,
+    model: GPT | AttentionOnly,
     name: str,
     *,
     vocab: str,
@@ -184,6 +191,7 @@ def to_onnx(
     temperature: float = 0.8,
     top_k: int | None = None,
     max_new_tokens: int = 200,
+    head: tuple[int, int] | None = None,
     directory: str | Path | None = None,
     opset: int = 18,
 ) -> Exported:
@@ -194,20 +202,30 @@ def to_onnx(
     and ``prompt`` are the page's name for the model and the text its box starts with; ``start`` is the
     text the model is given for an empty prompt (it must be in ``vocab``). ``temperature``,
     ``top_k`` and ``max_new_tokens`` are the page's starting values for sampling, with the meaning of
-    :meth:`GPT.generate`. The model is copied to the CPU in float32 and in eval mode; ``model`` itself is
-    not changed. Needs the ``onnx`` and ``onnxscript`` packages.
+    :meth:`GPT.generate`. ``head`` = (layer, head), counted from 0, is the head whose weights the page
+    shows first (default: the first). The model is copied to the CPU in float32 and in eval mode; ``model``
+    itself is not changed. Needs the ``onnx`` and ``onnxscript`` packages.
 
     Shapes:
         the ONNX model: ids (1, T) int64, 1 <= T <= block_size -> logits (1, T, V), weights (1, n_layers, H, T, T)
     """
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be an attnbook.models.GPT, got {type(model).__name__}")
+    architecture = next((k for k, (cls, _) in ARCHITECTURES.items() if type(model) is cls), None)
+    if architecture is None:
+        raise TypeError(
+            f"model must be an attnbook.models.GPT or an attnbook.interpret.AttentionOnly, got {type(model).__name__}"
+        )
     config = model.config
     _check_common(name, vocab, config.vocab_size, title, prompt, start, opset)
     temperature = _checks.positive_float("temperature", temperature, allow_zero=True)
     if top_k is not None:
         _checks.positive_int("top_k", top_k)
     _checks.positive_int("max_new_tokens", max_new_tokens)
+    layer, shown = (0, 0) if head is None else _checks.int_pair("head", head, what="(layer, head)", minimum=0)
+    if layer >= config.n_layers or shown >= config.n_heads:
+        raise ValueError(
+            f"head must name a head of the model's {config.n_layers} layers of {config.n_heads} heads "
+            f"(counted from 0), got {head!r}"
+        )
 
     cpu_model = copy.deepcopy(model).to("cpu", torch.float32).eval()
     onnx_path, meta_path, meta = _export(
@@ -219,6 +237,7 @@ def to_onnx(
         opset=opset,
         meta={
             "kind": "lm",  # next-token probabilities, sampling, causal attention
+            "architecture": architecture,  # a key of ARCHITECTURES: what load_torch rebuilds
             "title": title or name,
             "vocab": vocab,
             "block_size": config.block_size,
@@ -227,6 +246,7 @@ def to_onnx(
             "causal": True,
             "start": start,
             "prompt": prompt,
+            "heatmap": {"layer": layer, "head": shown},  # the head the page shows first
             "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
             "outputs": {"logits": "float32 (1, T, V)", "weights": "float32 (1, n_layers, n_heads, T, T)"},
             # the meaning of attnbook.models.GPT.generate: logits / temperature (0: the most likely token), then
@@ -345,7 +365,7 @@ def load_meta(path: str | Path) -> dict:
     return _read_meta("path", path)[1]
 
 
-def load_torch(meta_path: str | Path) -> GPT:
+def load_torch(meta_path: str | Path) -> GPT | AttentionOnly:
     """The PyTorch model that was exported, rebuilt from ``NAME.json`` and the weights in ``NAME.pt``."""
     meta_path, meta = _read_meta("meta_path", meta_path)
     if meta.get("kind", "lm") != "lm" or not isinstance(meta.get("config"), dict) or "onnx" not in meta:
@@ -353,12 +373,19 @@ def load_torch(meta_path: str | Path) -> GPT:
             f"meta_path {str(meta_path)!r} does not describe an exported language model (to_onnx's): "
             f"it has no model configuration"
         )
+    architecture = meta.get("architecture", "GPT")  # files written before there was a choice hold a GPT
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"meta_path {str(meta_path)!r} describes a model of architecture {architecture!r}; "
+            f"load_torch rebuilds {', '.join(ARCHITECTURES)}"
+        )
     weights = meta_path.with_name(Path(meta["onnx"]).stem + ".pt")
     if not weights.is_file():
         raise FileNotFoundError(
             f"meta_path {str(meta_path)!r} names the weights {weights.name}, which are not beside it"
         )
-    model = GPT(TransformerConfig(**meta["config"]))
+    model_class, config_class = ARCHITECTURES[architecture]
+    model = model_class(config_class(**meta["config"]))
     model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     return model.eval()
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from attnbook import export, models
+from attnbook import export, interpret, models
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,6 +120,9 @@ def test_export_dir_follows_the_environment(monkeypatch, tmp_path):
         (dict(temperature=-1.0), "temperature"),
         (dict(top_k=0), "top_k"),
         (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(head=(2, 0)), "head"),  # the model has 2 layers (0 and 1)
+        (dict(head=(0, 3)), "head"),  # of 3 heads
+        (dict(head=1), "head"),
     ],
 )
 def test_bad_arguments_are_named(small, tmp_path, kwargs, argument):
@@ -128,6 +131,42 @@ def test_bad_arguments_are_named(small, tmp_path, kwargs, argument):
     with pytest.raises((ValueError, TypeError), match=argument):
         export.to_onnx(model, args.pop("name"), **args)
     assert not list(tmp_path.iterdir()), "nothing is written when an argument is wrong"
+
+
+def test_the_attention_only_model_exports_and_rebuilds(tmp_path):
+    """interpret.AttentionOnly goes through the same export: ONNX Runtime equals PyTorch, load_torch rebuilds it,
+    and the page is told which head to show first."""
+    torch.manual_seed(0)
+    model = interpret.AttentionOnly(interpret.AttentionOnlyConfig(len(VOCAB), 10, n_layers=2, n_heads=2, d_model=16))
+    exported = export.to_onnx(model, "copy", vocab=VOCAB, start="a", head=(1, 1), directory=tmp_path)
+    meta = export.load_meta(exported.meta_path)
+    assert meta["architecture"] == "AttentionOnly" and meta["heatmap"] == {"layer": 1, "head": 1}
+    assert interpret.AttentionOnlyConfig(**meta["config"]) == model.config
+    session = export.onnx_session(exported.onnx_path)
+    rebuilt = export.load_torch(exported.meta_path)
+    assert type(rebuilt) is interpret.AttentionOnly
+    for T in (1, 6, 10):
+        ids = torch.randint(0, len(VOCAB), (1, T), generator=torch.Generator().manual_seed(T))
+        logits, weights = export.run_onnx(session, ids)
+        ref_logits, ref_weights = reference(model, ids)
+        np.testing.assert_allclose(logits, ref_logits, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(weights, ref_weights, atol=1e-5, rtol=0)
+        for a, b in zip(reference(rebuilt, ids), (ref_logits, ref_weights)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_the_first_head_is_shown_by_default(small):
+    _, exported = small
+    assert exported.meta["heatmap"] == {"layer": 0, "head": 0} and exported.meta["architecture"] == "GPT"
+
+
+def test_load_torch_refuses_an_unknown_architecture(small, tmp_path):
+    _, exported = small
+    meta = dict(exported.meta, architecture="Mystery")
+    path = tmp_path / "mystery.json"
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="architecture 'Mystery'"):
+        export.load_torch(path)
 
 
 def test_only_gpt_models():

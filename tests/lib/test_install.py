@@ -1,5 +1,5 @@
 """The installed package (``pip install .``, not the editable one) carries its data: it loads both datasets
-with no network, from a folder outside the repository."""
+and the lab's trained GPT with no network, from a folder outside the repository."""
 
 import shutil
 import subprocess
@@ -40,6 +40,12 @@ OFFLINE_CHECK = textwrap.dedent("""
     assert len(splits.tokenizer.chars) == 65
     assert len(splits.train) + len(splits.val) == data.DATASETS["tinyshakespeare"].size
     assert (data.packaged_dir() / "eng-fra" / "LICENSE").is_file() and (data.packaged_dir() / "README.md").is_file()
+
+    # the lab's trained GPT ships too (chapter 16 loads it)
+    from attnbook import interpret
+
+    model, tokenizer = interpret.load_lab_gpt()
+    assert tokenizer.chars == splits.tokenizer.chars and model.config.vocab_size == 65
 
     # the fallback would download: with no network it must fail with the library's error, naming the URL
     data.DATASETS["absent"] = data.Dataset("absent", "absent/x.txt", "https://example.org/x.txt", "0" * 64, 1, "test")

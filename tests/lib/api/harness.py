@@ -2,8 +2,8 @@
 that is finite and equal to the reference.
 
 Every function and class in the ``__all__`` of attention, positional, blocks, models, flash, vit, rnn,
-seq2seq, measure, graphs, audio, contrastive, lora, bpe, pretrain, data, train, train_lm and export has a
-:class:`Spec` (the methods a chapter calls, such as ``GPT.generate`` or ``BPETokenizer.encode``, have their
+seq2seq, measure, graphs, audio, contrastive, lora, bpe, pretrain, data, train, train_lm, export and interpret
+has a :class:`Spec` (the methods a chapter calls, such as ``GPT.generate`` or ``BPETokenizer.encode``, have their
 own): how to build a valid call from a few drawn sizes, and what each argument is (a floating tensor,
 token ids, a mask, an adjacency matrix, an integer, a text, a path...). Hypothesis draws the sizes, a seed
 and one change to the call:
@@ -81,6 +81,7 @@ from attnbook import (
     export,
     flash,
     graphs,
+    interpret,
     lora,
     measure,
     models,
@@ -114,6 +115,7 @@ MODULES = {
     "train": train,
     "train_lm": train_lm,
     "export": export,
+    "interpret": interpret,
 }
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype

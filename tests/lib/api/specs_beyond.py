@@ -8,7 +8,7 @@ import re
 
 import torch
 import torch.nn.functional as F
-from attnbook import audio, blocks, bpe, contrastive, graphs, lora, models, pretrain, train
+from attnbook import audio, blocks, bpe, contrastive, data, graphs, interpret, lora, models, pretrain, train
 from harness import (
     FILES,
     Adjacency,
@@ -1225,3 +1225,404 @@ def _(s):
 def _(s):
     path = _tokenizers()[0].save(FILES / "tokenizer.json")
     return (lambda path: bpe.BPETokenizer.load(path).id_to_token), dict(path=FilePath(path, wrong=_garbage_file()))
+
+
+# interpret (what attention learns) ----------------------------------------------------------------------
+
+INTERPRET_V = 9
+
+
+def _attention_only(n_layers=2):
+    return _module(
+        lambda: interpret.AttentionOnly(interpret.AttentionOnlyConfig(INTERPRET_V, 6, n_layers=n_layers, d_model=8))
+    )
+
+
+def _interpret_models(s):
+    """An attention-only model, or a GPT (multi-head or grouped-query attention), of 2 layers of 2 heads."""
+    if s.kind == 0:
+        return _attention_only()
+    extra = dict(n_kv_heads=1) if s.kind == 2 else {}
+    return _module(lambda: models.GPT(_config(vocab_size=INTERPRET_V, n_layers=2, **extra)))
+
+
+@spec("interpret.AttentionOnlyConfig", interpret.AttentionOnlyConfig, dict(V=(1, 20), L=(1, 3), H=(1, 3), Dh=(1, 3)))
+def _(s):
+    return interpret.AttentionOnlyConfig, dict(
+        vocab_size=Int(s.V), block_size=Int(6), n_layers=Int(s.L), n_heads=Int(s.H), d_model=Int(s.H * s.Dh)
+    )
+
+
+def _naive_attention_only(model, idx):
+    """The model from its parts: embeddings, then each layer's heads one query at a time (harness), residuals."""
+    from harness import _naive_heads
+
+    x = model.embed.weight[idx] + model.positions.weight[: idx.shape[1]]
+    for norm, layer in zip(model.norms, model.attns):
+        h = F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias)
+        x = x + _naive_heads(layer, h, h, h, is_causal=True)
+    return F.layer_norm(x, x.shape[-1:], model.norm_f.weight, model.norm_f.bias) @ model.unembed.weight.T
+
+
+@spec(
+    "interpret.AttentionOnly",
+    interpret.AttentionOnly,
+    dict(B=(1, 3), T=(1, 6), L=(1, 2)),
+    reference=lambda call, idx: _naive_attention_only(call, idx),
+)
+def _(s):
+    return _attention_only(s.L), dict(idx=Ids(s.B, s.T, vocab=INTERPRET_V))
+
+
+def _check_repeated(out, args):
+    """Two equal halves of ids in range; with distinct, no token twice in the first half."""
+    n, L, V = args["n"], args["half"], args["vocab_size"]
+    assert out.shape == (n, 2 * L) and out.dtype == torch.long and 0 <= out.min() and out.max() < V
+    assert torch.equal(out[:, :L], out[:, L:])
+    if args["distinct"]:
+        assert all(len(set(row[:L].tolist())) == L for row in out)
+
+
+@spec(
+    "interpret.repeated_tokens",
+    interpret.repeated_tokens,
+    dict(n=(1, 4), L=(1, 6), V=(1, 9), distinct=(0, 1)),
+    check=_check_repeated,
+    half=False,
+)
+def _(s):
+    return interpret.repeated_tokens, dict(
+        n=Int(s.n),
+        half=Int(s.L),
+        vocab_size=Int(max(s.V, s.L) if s.distinct else s.V),
+        distinct=Const(bool(s.distinct)),
+        generator=Gen(),
+    )
+
+
+def _naive_repeat_losses(call, logits, ids):
+    """-log softmax one prediction at a time: targets 1 .. L, and L + 1 .. 2L - 1."""
+    L = ids.shape[1] // 2
+    first, repeat = [], []
+    for b in range(ids.shape[0]):
+        for t in range(2 * L - 1):
+            loss = -(logits[b, t, ids[b, t + 1]] - torch.logsumexp(logits[b, t], 0))
+            (first if t + 1 <= L else repeat).append(loss)
+    mean = lambda xs: torch.stack(xs).mean() if xs else torch.tensor(math.nan, dtype=logits.dtype)  # noqa: E731
+    return mean(first), mean(repeat)
+
+
+@spec(
+    "interpret.repeat_losses",
+    interpret.repeat_losses,
+    dict(B=(1, 3), L=(1, 4), V=(1, 6)),
+    reference=_naive_repeat_losses,
+)
+def _(s):
+    return interpret.repeat_losses, dict(
+        logits=Tensor(s.B, 2 * s.L, s.V, seq=1), ids=Ids(s.B, 2 * s.L, vocab=s.V, seq=1)
+    )
+
+
+def _naive_offset_score(call, weights, repeat=True):
+    """Each head's mean weight on one key per query, one (batch, head, query) at a time."""
+    B, H, T, _ = weights.shape
+    L = T // 2
+    queries = range(L, T) if repeat else range(1, T)
+    out = torch.zeros(H, dtype=weights.dtype)
+    for h in range(H):
+        out[h] = sum(weights[b, h, t, t - L + 1 if repeat else t - 1] for b in range(B) for t in queries) / (
+            B * len(queries)
+        )
+    return out
+
+
+@spec(
+    "interpret.prefix_matching_score",
+    interpret.prefix_matching_score,
+    dict(B=(1, 3), H=(1, 3), L=(1, 4)),
+    reference=_naive_offset_score,
+)
+def _(s):
+    return interpret.prefix_matching_score, dict(weights=Tensor(s.B, s.H, 2 * s.L, 2 * s.L, seq=2))
+
+
+@spec(
+    "interpret.previous_token_score",
+    interpret.previous_token_score,
+    dict(B=(1, 3), H=(1, 3), T=(2, 7)),
+    reference=lambda call, weights: _naive_offset_score(call, weights, repeat=False),
+)
+def _(s):
+    return interpret.previous_token_score, dict(weights=Tensor(s.B, s.H, s.T, s.T, seq=2))
+
+
+@spec(
+    "interpret.attention_layers",
+    interpret.attention_layers,
+    dict(kind=(0, 2)),
+    half=False,
+    reference=lambda call, model: [m for m in model.modules() if hasattr(m, "W_o") and hasattr(m, "n_heads")],
+)
+def _(s):
+    return interpret.attention_layers, dict(model=Obj(_interpret_models(s)))
+
+
+class Heads(Arg):
+    """(layer, head) pairs; changed, a layer or head out of range or negative, no pairs, a string, floats."""
+
+    corruptions = ("layer out of range", "head out of range", "negative", "not pairs", "str", "float")
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+    def make(self, g):
+        return list(self.pairs)
+
+    def corrupt(self, v, how, g):
+        return {
+            "layer out of range": [(2, 0)],
+            "head out of range": [(0, 2)],
+            "negative": [(-1, 0)],
+            "not pairs": [0, 1],
+            "str": "0,1",
+            "float": [(0.5, 1)],
+        }[how]
+
+
+def _run_ablated(model, heads, idx):
+    with interpret.ablate_heads(model, heads):
+        return model(idx)
+
+
+def _naive_ablated(call, model, heads, idx):
+    """The heads' columns of W_o zeroed in a copy of the model."""
+    import copy
+
+    model = copy.deepcopy(model)
+    layers = [m for m in model.modules() if hasattr(m, "W_o") and hasattr(m, "n_heads")]
+    with torch.no_grad():
+        for layer, head in heads:
+            Dh = layers[layer].d_head
+            layers[layer].W_o.weight[:, head * Dh : (head + 1) * Dh] = 0.0
+        return model(idx)
+
+
+@spec(
+    "interpret.ablate_heads",
+    interpret.ablate_heads,
+    dict(kind=(0, 2), B=(1, 2), T=(1, 6), pick=(0, 3)),
+    reference=_naive_ablated,
+)
+def _(s):
+    choices = [[(0, 0)], [(1, 1)], [(0, 1), (1, 0)], []]
+    return _run_ablated, dict(
+        model=Obj(_interpret_models(s)), heads=Heads(choices[s.pick]), idx=Ids(s.B, s.T, vocab=INTERPRET_V)
+    )
+
+
+def _uniform(w):
+    """Uniform causal weights of the shape and dtype of ``w`` (B, T, T)."""
+    allowed = torch.ones(w.shape[-2:], dtype=w.dtype).tril()
+    return (allowed / allowed.sum(-1, keepdim=True)).expand_as(w)
+
+
+def _run_edited(model, layer, head, idx):
+    with interpret.edit_attention(model, layer, head, _uniform):
+        return model(idx)
+
+
+def _naive_edited(call, model, layer, head, idx):
+    """The layer by hand (projections, every head one query at a time) with uniform weights for one head."""
+    layers = [m for m in model.modules() if hasattr(m, "W_o") and hasattr(m, "n_heads")]
+    target = layers[layer]
+
+    def replace(module, args, kwargs, output):
+        x = args[0]
+        B, T, D = x.shape
+        H, Dh = module.n_heads, module.d_head
+        H_kv = getattr(module, "n_kv_heads", H)
+        q = module.W_q(x).view(B, T, H, Dh).transpose(1, 2)
+        k = module.W_k(x).view(B, T, H_kv, Dh).transpose(1, 2).repeat_interleave(H // H_kv, 1)
+        v = module.W_v(x).view(B, T, H_kv, Dh).transpose(1, 2).repeat_interleave(H // H_kv, 1)
+        if getattr(module, "qk_norm", False):
+            q, k = module.q_norm(q), module.k_norm(k)
+        if getattr(module, "rope", False):
+            from attnbook import positional
+
+            q, k = positional.apply_rope(q), positional.apply_rope(k)
+        out = torch.zeros(B, H, T, Dh, dtype=x.dtype)
+        for b in range(B):
+            for h in range(H):
+                for t in range(T):
+                    if h == head:
+                        w = torch.full((t + 1,), 1.0 / (t + 1), dtype=x.dtype)
+                    else:
+                        w = torch.softmax(k[b, h, : t + 1] @ q[b, h, t] / math.sqrt(Dh), 0)
+                    out[b, h, t] = w @ v[b, h, : t + 1]
+        return module.W_o(out.transpose(1, 2).reshape(B, T, D))
+
+    hook = target.register_forward_hook(replace, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            return model(idx)
+    finally:
+        hook.remove()
+
+
+@spec(
+    "interpret.edit_attention",
+    interpret.edit_attention,
+    dict(kind=(0, 2), B=(1, 2), T=(1, 5), layer=(0, 1), head=(0, 1)),
+    reference=_naive_edited,
+)
+def _(s):
+    return _run_edited, dict(
+        model=Obj(_interpret_models(s)),
+        layer=Int(s.layer, corruptions=("negative", "float", "bool", "str")),
+        head=Int(s.head, corruptions=("negative", "float", "bool", "str")),
+        idx=Ids(s.B, s.T, vocab=INTERPRET_V),
+    )
+
+
+class LayerWeights(Arg):
+    """Causal attention weights of ``n`` layers, each (B, H, T, T); changed, one tensor, no layer, layers of two
+    shapes, integers, a layer of another rank."""
+
+    corruptions = ("one tensor", "empty", "shapes", "int", "rank")
+
+    def __init__(self, n, B, H, T):
+        self.n, self.shape = n, (B, H, T, T)
+
+    def make(self, g):
+        T = self.shape[-1]
+        allowed = torch.ones(T, T, dtype=torch.bool).tril()
+        return [
+            torch.softmax(torch.randn(self.shape, generator=g).masked_fill(~allowed, float("-inf")), -1)
+            for _ in range(self.n)
+        ]
+
+    def corrupt(self, v, how, g):
+        return {
+            "one tensor": lambda: v[0],
+            "empty": lambda: [],
+            "shapes": lambda: v + [v[0][..., :-1, :-1]] if v[0].shape[-1] > 2 else v + [v[0][:, :1].repeat(1, 2, 1, 1)],
+            "int": lambda: [w.long() for w in v],
+            "rank": lambda: [w[0] for w in v],
+        }[how]()
+
+
+def _naive_rollout(call, weights):
+    """prod_l (0.5 mean_h A_l + 0.5 I), the last layer on the left, one entry at a time."""
+    B, H, T, _ = weights[0].shape
+    out = torch.zeros(B, T, T, dtype=weights[0].dtype)
+    for b in range(B):
+        r = torch.eye(T, dtype=weights[0].dtype)
+        for w in weights:
+            a = torch.zeros(T, T, dtype=w.dtype)
+            for i in range(T):
+                for j in range(T):
+                    a[i, j] = 0.5 * w[b, :, i, j].mean() + 0.5 * (i == j)
+            r = torch.stack(
+                [torch.stack([sum(a[i, m] * r[m, j] for m in range(T)) for j in range(T)]) for i in range(T)]
+            )
+        out[b] = r
+    return out
+
+
+@spec(
+    "interpret.attention_rollout",
+    interpret.attention_rollout,
+    dict(n=(1, 3), B=(1, 2), H=(1, 3), T=(1, 5)),
+    reference=_naive_rollout,
+)
+def _(s):
+    return interpret.attention_rollout, dict(weights=LayerWeights(s.n, s.B, s.H, s.T))
+
+
+def _naive_gradient_x_input(call, model, ids, targets):
+    """The derivative of log p(y_t) when input j's embedding is scaled by (1 + eps): central differences."""
+    embedding = model.embed if isinstance(model, interpret.AttentionOnly) else model.embed.token
+    eps = 1e-6
+    out = torch.zeros(*ids.shape, ids.shape[1], dtype=torch.float64)
+
+    def log_probs(j, scale):
+        def hook(module, args, output):
+            output = output.clone()
+            output[:, j] = output[:, j] * scale
+            return output
+
+        handle = embedding.register_forward_hook(hook)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids), -1).gather(-1, targets[..., None])[..., 0]
+        handle.remove()
+        return logp
+
+    for j in range(ids.shape[1]):
+        out[:, :, j] = (log_probs(j, 1 + eps) - log_probs(j, 1 - eps)) / (2 * eps)
+    return out
+
+
+@spec(
+    "interpret.gradient_x_input",
+    interpret.gradient_x_input,
+    dict(kind=(0, 1), B=(1, 2), T=(1, 5)),
+    half=False,
+    reference=_naive_gradient_x_input,
+)
+def _(s):
+    return interpret.gradient_x_input, dict(
+        model=Obj(_interpret_models(s)),
+        ids=Ids(s.B, s.T, vocab=INTERPRET_V),
+        targets=Ids(s.B, s.T, vocab=INTERPRET_V),
+    )
+
+
+def _naive_token_ablation(call, model, ids, targets, replacement):
+    """One forward pass per replaced position."""
+    with torch.no_grad():
+        base = torch.log_softmax(model(ids), -1).gather(-1, targets[..., None])[..., 0]
+        out = torch.zeros(*ids.shape, ids.shape[1], dtype=base.dtype)
+        for j in range(ids.shape[1]):
+            edited = ids.clone()
+            edited[:, j] = replacement[:, j]
+            out[:, :, j] = base - torch.log_softmax(model(edited), -1).gather(-1, targets[..., None])[..., 0]
+    return out
+
+
+@spec(
+    "interpret.token_ablation",
+    interpret.token_ablation,
+    dict(kind=(0, 2), B=(1, 2), T=(1, 5)),
+    half=False,
+    reference=_naive_token_ablation,
+)
+def _(s):
+    return interpret.token_ablation, dict(
+        model=Obj(_interpret_models(s)),
+        ids=Ids(s.B, s.T, vocab=INTERPRET_V),
+        targets=Ids(s.B, s.T, vocab=INTERPRET_V),
+        replacement=Ids(s.B, s.T, vocab=INTERPRET_V),
+    )
+
+
+LAB_IDS = torch.tensor([[20, 1, 43, 56]])  # four characters of the lab's vocabulary
+
+
+def _lab_gpt_reference(call, path):
+    """A GPT built from the file's configuration with its float16 weights, in float64."""
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    model = models.GPT(models.TransformerConfig(**saved["model_config"])).double()
+    model.load_state_dict({k: v.double() for k, v in saved["model"].items()})
+    with torch.no_grad():
+        return model.eval()(LAB_IDS), saved["chars"]
+
+
+@spec("interpret.load_lab_gpt", interpret.load_lab_gpt, {}, half=False, examples=5, reference=_lab_gpt_reference)
+def _(s):
+    def loaded(path):
+        model, tokenizer = interpret.load_lab_gpt(path)
+        with torch.no_grad():
+            return model(LAB_IDS), tokenizer.chars
+
+    return loaded, dict(path=FilePath(data.packaged_dir() / interpret.LAB_GPT, wrong=_garbage_file()))

@@ -1011,6 +1011,7 @@ def _(s):
         temperature=Num(0.8, corruptions=("negative", "not a number", "infinite", "str")),
         top_k=Int(3),
         max_new_tokens=Int(20),
+        head=IntPair(0, 1),
         directory=Const(FILES / "exported"),
         opset=Int(18),
     )

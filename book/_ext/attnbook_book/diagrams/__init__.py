@@ -114,5 +114,6 @@ from . import (  # noqa: E402,F401
     ch13,
     ch14,
     ch15,
+    ch16,
     legend,
 )

@@ -248,6 +248,10 @@
     for (i = 0; i < meta.n_layers; i++) el("option", {value: String(i), text: String(i + 1)}, this.layer);
     this.layer.parentNode.hidden = meta.n_layers === 1;
     for (i = 0; i < meta.n_heads; i++) el("option", {value: String(i), text: String(i + 1)}, this.head);
+    if (meta.heatmap) { // the head the chapter points at, shown first
+      this.layer.value = String(meta.heatmap.layer);
+      this.head.value = String(meta.heatmap.head);
+    }
     this.controls.forEach(function (c) { c.disabled = false; });
   };
 

@@ -1,0 +1,527 @@
+"""What attention learns: induction heads, heads that matter, and whether attention weights explain.
+
+The chapter's tools, each short enough to read next to its equation:
+
+- a model: :class:`AttentionOnly`, a transformer of attention layers only (no MLP), in which a two-layer
+  circuit copies a repeated sequence (the induction heads of Elhage et al., 2021; Olsson et al., 2022);
+- data and scores: :func:`repeated_tokens` (a random first half, then the same tokens again),
+  :func:`repeat_losses` (the loss on the tokens no model can know, and on the tokens a copy predicts),
+  :func:`prefix_matching_score` (the weight from a token to the token after its earlier occurrence) and
+  :func:`previous_token_score` (the weight on the token just before);
+- interventions: :func:`ablate_heads` (remove heads by zeroing their slice of the input of ``W_o``, with a
+  hook) and :func:`edit_attention` (run a layer with one head's weights replaced: permuted, uniform,
+  adversarial), on the layers :func:`attention_layers` finds;
+- attributions: :func:`attention_rollout` (Abnar and Zuidema, 2020), :func:`gradient_x_input` and
+  :func:`token_ablation`, each an (input position -> score) map for every prediction;
+- :func:`load_lab_gpt`: the lab's character-level GPT, trained by ``benchmarks/bench_interpret.py`` with the
+  lab's recipe and shipped with the library.
+
+They work on the library's models through their public parts: the attention layers
+(``attention.MultiHeadAttention`` or ``GroupedQueryAttention``: ``W_v``, ``W_o``, ``n_heads``, ``d_head``),
+their ``return_weights=True`` and the token embedding. Hooks are removed when a ``with`` block ends.
+
+Shapes:
+    ids:     (B, T) token ids
+    weights: (B, H, T, T), one layer; a model gives a list of n_layers of them
+    scores:  (H,) per head; attributions (B, T, T): [b, t, j] = how much input j matters to prediction t
+
+Chapter: what attention learns (16).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _checks
+from .attention import GroupedQueryAttention, MultiHeadAttention
+from .data import CharTokenizer, packaged_dir
+from .models import GPT, TransformerConfig
+
+__all__ = [
+    "AttentionOnlyConfig",
+    "AttentionOnly",
+    "repeated_tokens",
+    "repeat_losses",
+    "prefix_matching_score",
+    "previous_token_score",
+    "attention_layers",
+    "ablate_heads",
+    "edit_attention",
+    "attention_rollout",
+    "gradient_x_input",
+    "token_ablation",
+    "load_lab_gpt",
+]
+
+
+# --- the attention-only transformer -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionOnlyConfig:
+    """The sizes of an :class:`AttentionOnly` model (frozen, like ``models.TransformerConfig``)."""
+
+    vocab_size: int
+    block_size: int  # the longest input (positions 0 .. block_size - 1)
+    n_layers: int = 2
+    n_heads: int = 2
+    d_model: int = 64
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
+            _checks.positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}"
+            )
+
+    def replace(self, **changes) -> AttentionOnlyConfig:
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class AttentionOnly(nn.Module):
+    r"""A decoder-only transformer with attention layers and no MLP: the model of the induction-head papers.
+
+    .. math::
+
+        x_0 = E[\text{ids}] + P, \qquad x_{l+1} = x_l + \mathrm{Attn}_l(\mathrm{LN}_l(x_l)), \qquad
+        \text{logits} = \mathrm{LN}_f(x_L)\, W_U
+
+    Every layer is the library's ``MultiHeadAttention`` (no biases) under the causal mask, on a pre-norm
+    residual stream, as in the lab's GPT with the feed-forward networks taken out.
+
+    Shapes:
+        idx:    (B, T) token ids, 1 <= T <= block_size
+        return: logits (B, T, V); with ``return_weights=True`` also a list of n_layers weights (B, H, T, T)
+
+    Chapter: what attention learns.
+    """
+
+    def __init__(self, config: AttentionOnlyConfig):
+        super().__init__()
+        self.config = _checks.instance("config", config, AttentionOnlyConfig, "an interpret.AttentionOnlyConfig")
+        V, T, D = config.vocab_size, config.block_size, config.d_model
+        self.embed = nn.Embedding(V, D)  # E: (V, D)
+        self.positions = nn.Embedding(T, D)  # P: (block_size, D)
+        self.norms = nn.ModuleList(nn.LayerNorm(D) for _ in range(config.n_layers))
+        self.attns = nn.ModuleList(MultiHeadAttention(D, config.n_heads, bias=False) for _ in range(config.n_layers))
+        self.norm_f = nn.LayerNorm(D)
+        self.unembed = nn.Linear(D, V, bias=False)  # W_U
+
+    def forward(self, idx: torch.Tensor, *, return_weights: bool = False):
+        _check_ids("idx", idx, self.config.vocab_size, self.config.block_size)
+        T = idx.shape[1]
+        x = self.embed(idx) + self.positions.weight[:T]  # (B, T, D)
+        weights = []
+        for norm, attn in zip(self.norms, self.attns):
+            if return_weights:
+                out, w = attn(norm(x), is_causal=True, return_weights=True)  # (B, T, D), (B, H, T, T)
+                weights.append(w)
+            else:
+                out = attn(norm(x), is_causal=True)  # (B, T, D)
+            x = x + out  # (B, T, D): the residual stream
+        logits = self.unembed(self.norm_f(x))  # (B, T, V)
+        return (logits, weights) if return_weights else logits
+
+
+# --- data and scores ------------------------------------------------------------------------------------
+
+
+def repeated_tokens(
+    n: int, half: int, vocab_size: int, *, distinct: bool = False, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """``n`` sequences of ``half`` random tokens followed by the same ``half`` tokens again.
+
+    The first half is drawn uniformly with replacement, so nothing in it can be predicted; with
+    ``distinct=True`` its tokens are all different (``half <= vocab_size``), so that every token of the
+    second half has exactly one earlier occurrence (as in the prefix-matching test of Olsson et al.).
+
+    Shapes:
+        return: (n, 2 * half) token ids
+    """
+    _check_sizes(n, half, vocab_size, distinct, generator)
+    if distinct:
+        first = torch.rand(n, vocab_size, generator=generator).argsort(dim=-1)[:, :half]  # (n, half)
+    else:
+        first = torch.randint(vocab_size, (n, half), generator=generator)  # (n, half)
+    return torch.cat([first, first], dim=1)  # (n, 2 * half)
+
+
+def repeat_losses(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean next-token loss on the tokens no model can know, and on the tokens a copy predicts.
+
+    For ``ids`` = a first half of L random tokens and its repeat (:func:`repeated_tokens`), the prediction
+    at position t is of token t + 1. Tokens 1 .. L (the rest of the first half, and the first token of the
+    repeat, which nothing announces) cannot be known: their loss is at best ln V. Tokens L + 1 .. 2L - 1
+    repeat the token after an earlier occurrence of the current one: a copy predicts them.
+
+    Shapes:
+        logits: (B, 2L, V), ids: (B, 2L); returns two scalars (nats)
+    """
+    L = _check_repeats(logits, ids)
+    nll = F.cross_entropy(_wide(logits[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")  # (B, 2L - 1)
+    return nll[:, :L].mean(), nll[:, L:].mean()  # targets 1 .. L, targets L + 1 .. 2L - 1
+
+
+def prefix_matching_score(weights: torch.Tensor) -> torch.Tensor:
+    """Each head's mean weight from a token of the repeat to the token after its earlier occurrence.
+
+    On a first half of L tokens and its repeat, query t >= L holds the token of position t - L, which was
+    followed by token t - L + 1: an induction head attends there (Olsson et al., 2022). A head that does so
+    always scores 1; a head with uniform causal weights scores about ln(2) / L.
+
+    Shapes:
+        weights: (B, H, 2L, 2L), one layer's; return: (H,)
+    """
+    L = _check_weights("weights", weights, repeats=True)
+    t = torch.arange(L, 2 * L, device=weights.device)  # the queries of the repeat
+    return weights[:, :, t, t - L + 1].mean(dim=(0, 2))  # (H,)
+
+
+def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
+    """Each head's mean weight from a token to the token just before it (queries 1 .. T - 1).
+
+    Shapes:
+        weights: (B, H, T, T), one layer's, T >= 2; return: (H,)
+    """
+    _check_weights("weights", weights)
+    t = torch.arange(1, weights.shape[-1], device=weights.device)
+    return weights[:, :, t, t - 1].mean(dim=(0, 2))  # (H,)
+
+
+# --- interventions ----------------------------------------------------------------------------------------
+
+
+def attention_layers(model: nn.Module) -> list[nn.Module]:
+    """The attention layers of ``model``, first layer first (``GPT``, :class:`AttentionOnly`...): its
+    ``attention.MultiHeadAttention`` and ``attention.GroupedQueryAttention`` modules."""
+    _checks.module("model", model)
+    return [m for m in model.modules() if isinstance(m, (MultiHeadAttention, GroupedQueryAttention))]
+
+
+@contextlib.contextmanager
+def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]):
+    """Within the ``with`` block, ``model`` runs without the heads ``heads`` = [(layer, head), ...].
+
+    Head h of a layer reaches the output only through its slice h*Dh .. (h+1)*Dh - 1 of the input of
+    ``W_o``; a forward pre-hook on ``W_o`` multiplies that slice by zero (the same as zeroing those columns of
+    ``W_o``, without touching the weights). Layers and heads count from 0.
+    """
+    layers, chosen = _check_heads("heads", heads, model)
+    hooks = []
+    try:
+        for i, layer in enumerate(layers):
+            gone = [h for l, h in chosen if l == i]
+            if gone:
+                keep = torch.ones(layer.n_heads)  # (H,)
+                keep[gone] = 0.0
+                hooks.append(layer.W_o.register_forward_pre_hook(_scale_heads(keep, layer.d_head)))
+        yield model
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _scale_heads(keep: torch.Tensor, d_head: int):
+    def hook(module, args):
+        x = args[0]  # (B, T, H * Dh): the heads side by side
+        gate = keep.repeat_interleave(d_head).to(x.device, x.dtype)  # (H * Dh,)
+        return (x * gate, *args[1:])
+
+    return hook
+
+
+@contextlib.contextmanager
+def edit_attention(model: nn.Module, layer: int, head: int, edit: Callable[[torch.Tensor], torch.Tensor]):
+    """Within the ``with`` block, head ``head`` of layer ``layer`` uses ``edit(weights)`` as its weights.
+
+    The layer's output becomes out = W_o [A_1 V_1, ..., A'_h V_h, ..., A_H V_H] with A'_h = edit(A_h): the
+    other heads and everything before the layer are untouched, everything after it sees the change. ``edit``
+    takes the head's weights (B, Tq, Tk) and returns weights of the same shape (each row should still sum to
+    1): a permutation of the keys, uniform weights, an adversarial distribution (Jain and Wallace, 2019).
+    The layer must be self-attention called without a KV cache or a score bias. Layers and heads count from 0.
+    """
+    layers, ((layer, head),) = _check_heads("layer and head", [(layer, head)], model)
+    _checks.function("edit", edit)
+    hook = layers[layer].register_forward_hook(_edited_output(head, edit), with_kwargs=True)
+    try:
+        yield model
+    finally:
+        hook.remove()
+
+
+def _edited_output(head: int, edit):
+    inside = []  # the hook runs the layer once more to read its weights: that inner call is left alone
+
+    def hook(module, args, kwargs, output):
+        if inside:
+            return None
+        x = args[0] if args else kwargs["query"]  # (B, T, D)
+        if len(args) > 1 or any(kwargs.get(k) is not None for k in ("key", "value", "cache", "score_bias")):
+            raise ValueError("edit_attention needs a self-attention layer called without key, cache or score_bias")
+        inside.append(True)
+        try:
+            _, weights = module(*args, **{**kwargs, "return_weights": True})  # (B, H, T, T)
+        finally:
+            inside.pop()
+        new = edit(weights[:, head])
+        if not isinstance(new, torch.Tensor) or new.shape != weights[:, head].shape:
+            got = _checks.shape_str(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
+            raise ValueError(
+                f"edit must return the head's weights, shape (B, Tq, Tk) = "
+                f"{_checks.shape_str(weights[:, head].shape)}, got {got}"
+            )
+        B, T, D = x.shape
+        H, Dh = module.n_heads, module.d_head
+        v = module.W_v(x).view(B, T, -1, Dh).transpose(1, 2)  # (B, H_kv, T, Dh)
+        v = v.repeat_interleave(H // v.shape[1], dim=1)  # (B, H, T, Dh): grouped-query layers share values
+        weights = torch.cat([weights[:, :head], new[:, None].to(v.dtype), weights[:, head + 1 :]], dim=1)
+        heads = weights @ v  # (B, H, T, Dh)
+        out = module.W_o(heads.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return (out, weights) if isinstance(output, tuple) else out
+
+    return hook
+
+
+# --- attributions: which input positions does prediction t depend on? ------------------------------------
+
+
+def attention_rollout(weights: list[torch.Tensor]) -> torch.Tensor:
+    r"""Attention rollout (Abnar and Zuidema, 2020): the weights of every layer multiplied through the stack.
+
+    Each layer's weights are averaged over the heads and mixed with the identity for the residual path,
+    :math:`\tilde A_l = \tfrac12 \bar A_l + \tfrac12 I`, and the rollout is
+    :math:`\tilde A_L \cdots \tilde A_2 \tilde A_1`: row t says how much of input j reaches position t's
+    output along the attention and residual paths. Every row sums to 1.
+
+    Shapes:
+        weights: a list of n_layers (B, H, T, T), first layer first; return: (B, T, T)
+    """
+    _check_layers_weights(weights)
+    T = weights[0].shape[-1]
+    eye = torch.eye(T, dtype=weights[0].dtype, device=weights[0].device)  # (T, T)
+    rollout = eye
+    for w in weights:
+        mixed = 0.5 * w.mean(dim=1) + 0.5 * eye  # (B, T, T): the heads averaged, plus the residual path
+        rollout = mixed @ rollout  # (B, T, T)
+    return rollout
+
+
+def gradient_x_input(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    r"""Gradient times input: how much each input token's embedding moves the log-probability of each target.
+
+    For prediction t (the log-probability :math:`\log p(y_t \mid \text{ids})`) and input position j with
+    token embedding :math:`e_j`: :math:`s_{tj} = e_j \cdot \partial \log p(y_t) / \partial e_j`. One backward
+    pass per position t. Positions j > t get 0 (the model is causal).
+
+    Shapes:
+        ids, targets: (B, T); return: (B, T, T), [b, t, j]
+    """
+    embedding, _ = _check_attribution(model, ids, targets)
+    captured = {}
+
+    def keep(module, args, output):
+        output.requires_grad_(True)
+        captured["e"] = output  # (B, T, D)
+        return output
+
+    hook = embedding.register_forward_hook(keep)
+    try:
+        with torch.enable_grad():
+            logits = model(ids)  # (B, T, V)
+            logp = torch.log_softmax(_wide(logits), dim=-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
+            e = captured["e"]
+            rows = []
+            for t in range(ids.shape[1]):
+                (grad,) = torch.autograd.grad(logp[:, t].sum(), e, retain_graph=True)  # (B, T, D)
+                rows.append((grad * e).sum(-1).detach())  # (B, T): e_j . d log p(y_t) / d e_j
+    finally:
+        hook.remove()
+    return torch.stack(rows, dim=1)  # (B, T, T)
+
+
+@torch.no_grad()
+def token_ablation(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor, replacement) -> torch.Tensor:
+    r"""How much the log-probability of each target falls when one input token is replaced.
+
+    :math:`s_{tj} = \log p(y_t \mid \text{ids}) - \log p(y_t \mid \text{ids with token } j \text{ replaced})`,
+    one input position j at a time; ``replacement`` is the token put in (an int, or (B, T) ids, one per
+    position). Positions j > t get 0 (the model is causal).
+
+    Shapes:
+        ids, targets: (B, T); replacement: int or (B, T); return: (B, T, T), [b, t, j]
+    """
+    _, replacement = _check_attribution(model, ids, targets, replacement)  # replacement: (B, T)
+    B, T = ids.shape
+
+    def log_probs(x):  # (N, T) -> (N, T): log p(y_t) at every position
+        logits = _wide(model(x))  # (N, T, V)
+        return torch.log_softmax(logits, dim=-1).gather(-1, targets.repeat(len(x) // B, 1)[..., None])[..., 0]
+
+    base = log_probs(ids)  # (B, T)
+    edited = ids.repeat(T, 1)  # (T * B, T): copy j holds ids with position j replaced
+    rows = torch.arange(T * B, device=ids.device)
+    cols = torch.arange(T, device=ids.device).repeat_interleave(B)  # (T * B,)
+    edited[rows, cols] = replacement[rows % B, cols]
+    after = log_probs(edited).view(T, B, T)  # (j, B, t)
+    return (base[None] - after).permute(1, 2, 0)  # (B, t, j)
+
+
+# --- the lab's GPT ----------------------------------------------------------------------------------------
+
+LAB_GPT = "lab_gpt/lab_gpt.pt"  # in the package's data folder; written by benchmarks/bench_interpret.py
+LAB_GPT_FORMAT = "attnbook.lab_gpt/1"
+
+
+def load_lab_gpt(path=None) -> tuple[GPT, CharTokenizer]:
+    """The lab's character-level GPT (eval mode, float32) and its tokenizer.
+
+    The book ships one trained with the lab's recipe (``train_lm.RECIPES["book"]``, its seed) by
+    ``benchmarks/bench_interpret.py``, which writes the weights in float16 with the configuration and the
+    validation loss it measured; ``path`` reads another file of that kind.
+    """
+    path = packaged_dir() / LAB_GPT if path is None else _checks.file("path", path)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated files, other pickles, random bytes: all refused the same way
+        raise ValueError(f"path {str(path)!r} is not a saved lab GPT: {str(error).splitlines()[0]:.100}") from None
+    if not isinstance(saved, dict) or saved.get("format") != LAB_GPT_FORMAT:
+        raise ValueError(f"path {str(path)!r} is not a saved lab GPT (format {LAB_GPT_FORMAT!r})")
+    model = GPT(TransformerConfig(**saved["model_config"]))
+    model.load_state_dict({k: v.float() for k, v in saved["model"].items()})
+    return model.eval(), CharTokenizer(saved["chars"])
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits in float32 for a log-softmax; other dtypes as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+# --- checks ----------------------------------------------------------------------------------------------
+
+
+def _is_exporting() -> bool:
+    """True while ``torch.export`` (``torch.onnx.export(..., dynamo=True)``) traces a model."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(is_exporting and is_exporting())
+
+
+def _check_ids(name: str, ids, vocab_size: int, block_size: int) -> torch.Tensor:
+    """Token ids (B, T) in [0, vocab_size) with 1 <= T <= block_size."""
+    _checks.token_ids(name, ids, vocab_size, ndim=2, values=False)
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {_checks.shape_str(ids.shape)}")
+    if ids.shape[1] > block_size:
+        raise ValueError(f"{name} has length T={ids.shape[1]}, longer than the model's block_size={block_size}")
+    return _checks.token_ids(name, ids, vocab_size, values=not _is_exporting())
+
+
+def _check_sizes(n, half, vocab_size, distinct, generator) -> None:
+    """The arguments of :func:`repeated_tokens`."""
+    _checks.positive_int("n", n)
+    _checks.positive_int("half", half)
+    _checks.positive_int("vocab_size", vocab_size)
+    _checks.generator("generator", generator)
+    if distinct and half > vocab_size:
+        raise ValueError(f"half must be at most vocab_size={vocab_size} for distinct tokens, got half={half}")
+
+
+def _check_repeats(logits, ids) -> int:
+    """Logits (B, 2L, V) and ids (B, 2L) of sequences of even length 2L >= 2 (a half and its repeat); returns L."""
+    _checks.tensor("ids", ids, ndim=2)
+    if ids.shape[0] == 0 or ids.shape[1] < 2 or ids.shape[1] % 2:
+        raise ValueError(
+            f"ids must be a batch of sequences of even length 2L >= 2 (a half and its repeat), "
+            f"got shape {_checks.shape_str(ids.shape)}"
+        )
+    _checks.tensor("logits", logits, ndim=3, floating=True)
+    if logits.shape[:2] != ids.shape:
+        raise ValueError(
+            f"logits (B, T, V) and ids (B, T) disagree: {_checks.shape_str(logits.shape)} and "
+            f"{_checks.shape_str(ids.shape)}"
+        )
+    _checks.token_ids("ids", ids, logits.shape[-1])
+    return ids.shape[1] // 2
+
+
+def _check_layers_weights(weights) -> None:
+    """A non-empty list of one (B, H, T, T) per layer, all of one shape."""
+    if isinstance(weights, torch.Tensor) or not isinstance(weights, (list, tuple)) or not weights:
+        raise TypeError(f"weights must be a non-empty list of (B, H, T, T) tensors, one per layer, got {weights!r:.60}")
+    for i, w in enumerate(weights):
+        _check_weights(f"weights[{i}]", w, shortest=1)
+        _checks.same_size("shape (B, H, T, T)", slice(None), ("weights[0]", weights[0]), (f"weights[{i}]", w))
+
+
+def _check_attribution(model, ids, targets, replacement=None) -> tuple[nn.Embedding, torch.Tensor | None]:
+    """A GPT or an AttentionOnly model, ids and targets (B, T), and replacement ids (one int or (B, T)); returns
+    the model's token embedding and the replacement as (B, T) ids."""
+    embedding, vocab_size, block_size = _language_model("model", model)
+    _check_ids("ids", ids, vocab_size, block_size)
+    _checks.token_ids("targets", targets, vocab_size, ndim=2)
+    _checks.same_size("shape (B, T)", slice(None), ("ids", ids), ("targets", targets))
+    if replacement is None:
+        return embedding, None
+    if isinstance(replacement, int) and not isinstance(replacement, bool):
+        if not 0 <= replacement < vocab_size:
+            raise ValueError(f"replacement must be a token id in [0, {vocab_size}), got {replacement}")
+        return embedding, torch.full_like(ids, replacement)
+    _checks.token_ids("replacement", replacement, vocab_size, ndim=2, what="token ids (or one int)")
+    _checks.same_size("shape (B, T)", slice(None), ("ids", ids), ("replacement", replacement))
+    return embedding, replacement
+
+
+def _check_weights(name: str, weights, *, repeats: bool = False, shortest: int = 2) -> int:
+    """One layer's attention weights (B, H, T, T), T >= ``shortest`` (even for a half and its repeat); returns
+    T // 2."""
+    _checks.tensor(name, weights, ndim=4, floating=True)
+    B, H, Tq, Tk = weights.shape
+    if Tq != Tk or Tq < shortest or B == 0 or H == 0 or (repeats and Tq % 2):
+        kind = "T = 2L, a half and its repeat" if repeats else f"T >= {shortest}"
+        raise ValueError(
+            f"{name} must be self-attention weights (B, H, T, T) with B, H >= 1 and {kind}, "
+            f"got shape {_checks.shape_str(weights.shape)}"
+        )
+    return Tq // 2
+
+
+def _check_heads(name: str, heads, model) -> tuple[list[nn.Module], list[tuple[int, int]]]:
+    """The attention layers of ``model`` and the (layer, head) pairs ``heads``, which must exist in them."""
+    layers = attention_layers(model)
+    if not layers:
+        raise ValueError("model has no attention layer (attention.MultiHeadAttention or GroupedQueryAttention)")
+    if isinstance(heads, (str, bytes, torch.Tensor)) or not isinstance(heads, Iterable):
+        raise TypeError(f"{name} must be a list of (layer, head) pairs, got {type(heads).__name__}")
+    chosen = []
+    for pair in heads:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"{name} must be a list of (layer, head) pairs, got an element {pair!r}")
+        layer = _checks.positive_int(f"{name}: layer", pair[0], minimum=0)
+        head = _checks.positive_int(f"{name}: head", pair[1], minimum=0)
+        if layer >= len(layers) or head >= layers[layer].n_heads:
+            raise ValueError(
+                f"{name} names layer {layer}, head {head}, but the model has {len(layers)} layers of "
+                f"{layers[min(layer, len(layers) - 1)].n_heads} heads (counted from 0)"
+            )
+        chosen.append((layer, head))
+    return layers, chosen
+
+
+def _language_model(name: str, model) -> tuple[nn.Embedding, int, int]:
+    """The token embedding, vocabulary size and block size of a ``GPT`` or an :class:`AttentionOnly`."""
+    if isinstance(model, GPT):
+        return model.embed.token, model.config.vocab_size, model.config.block_size
+    if isinstance(model, AttentionOnly):
+        return model.embed, model.config.vocab_size, model.config.block_size
+    raise TypeError(f"{name} must be an attnbook.models.GPT or an interpret.AttentionOnly, got {type(model).__name__}")
