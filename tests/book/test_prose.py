@@ -95,12 +95,19 @@ def test_the_formula_check_finds_a_swallowed_backslash():
 
 NUMBER = r"\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?"
 # a count, a time or a score: the number is followed by one of these words (within two words) ...
-UNITS = r"steps?|images?|examples?|sequences|sentences|pairs|windows|strings|passes|epochs?|seconds|minutes|runs|seeds"
+UNITS = (
+    r"steps?|images?|examples?|sequences|sentences|pairs|windows|strings|passes|epochs?|seconds|minutes|runs|seeds"
+    r"|scores\s+per"
+)
 # ... or directly by a percent sign, or it comes shortly after one of these words
 MEASURED = r"measured|measures|reaches|reached|accuracy|scores?|scored|loss(?:es)? of|takes|took|needs|needed"
+# ... or it is a setting of the machine or the model written into the text: "a 2-core machine", "context 64",
+# "a batch of 64"
+SETTING = rf"(?P<k>{NUMBER})-cores?\b|\bcontext\s+(?P<c>{NUMBER})\b|\bbatch(?:es)?\s+of\s+(?P<b>{NUMBER})\b"
 FLAG = re.compile(
     rf"(?<![\w.,/^_\-])(?P<n>{NUMBER})(?![\w.,]\d)(?:\s*%|(?=(?:\s+[\w\-']+){{0,1}}\s+(?:{UNITS})\b))"
     rf"|(?:\b(?:{MEASURED})\b(?:\s+[\w\-']+){{0,2}}\s+(?:of\s+)?(?:about\s+)?)(?P<m>{NUMBER})\b(?![.,]\d)"
+    rf"|{SETTING}"
 )
 
 # Typed numbers that may stay, by chapter: the words around the number (a substring of its sentence) and why.
@@ -136,6 +143,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "09": {
         "A model runs a batch of 8 sequences of 4096 tokens": EXERCISE,
+        "a batch of 16 makes it": THOUGHT_EXPERIMENT,
     },
     "10": {
         "at least 97% accuracy": "the accuracy the training cell asserts (`assert vit_accuracy >= 0.97`), a promise",
@@ -145,7 +153,8 @@ ALLOWED: dict[str, dict[str, str]] = {
         "Masked language modelling hides 15% of the tokens": "BERT's masking recipe, quoted in the summary",
     },
     "14": {
-        "The notes also give default hyperparameters": "the lecture notes' defaults, quoted to qualify them",
+        "Such checklists often come with default hyperparameters": "common defaults, quoted to say which of them "
+        "are the 2017 model's (the next sentence, with its citation, gives the model's own)",
     },
     "15": {
         "50% accuracy, by construction": "arithmetic: equal logits for the two answers give one of each pair right",
@@ -195,7 +204,7 @@ def typed_numbers(md: Path) -> list[str]:
         if "CITATION" in sentence:
             continue
         for match in FLAG.finditer(sentence):
-            found.append((sentence, match.group("n") or match.group("m")))
+            found.append((sentence, match.group(match.lastgroup)))
     return found
 
 
@@ -228,9 +237,13 @@ def test_the_number_check_flags_counts_and_scores_and_spares_the_rest(tmp_path):
         "measured at about 12 ms.\n\nA ROLE: {glue:text}`acc` after {glue:text}`n` steps, "
         "$T = 100$ steps in a formula, `steps=300` in code. The paper trains for 65,536 steps "
         "{cite}`someone2020`. Two layers, chapter 3, in 2017, and 4 of the 8 heads, 12 tokens.\n\n"
+        "The logits hold 65 scores per character; a context 64 on a 2-core machine, in a batch of 24. "
+        "The context of experiment 1 scores well; a model that predicts 1 scores that.\n\n"
         "```{code-cell} ipython3\nfit(steps=800)  # 800 steps\n```\n"
     )
-    assert sorted(n for _, n in typed_numbers(page)) == sorted(["97.5", "1,000", "360", "0.93", "12"])
+    assert sorted(n for _, n in typed_numbers(page)) == sorted(
+        ["97.5", "1,000", "360", "0.93", "12", "65", "64", "2", "24"]
+    )
 
 
 # --- Plumbing -----------------------------------------------------------------------------------------

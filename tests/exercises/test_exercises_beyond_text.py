@@ -7,6 +7,20 @@ from attnbook.exercises import beyond_text as ex
 from exercise_helpers import assert_fails_with, stub
 
 
+def test_masked_mean_checker():
+    def right(h, keep):
+        w = keep.unsqueeze(-1).to(h.dtype)  # (B, n, 1)
+        return (h * w).sum(1) / w.sum(1)
+
+    assert ex.check_masked_mean(right)
+    assert ex.check_masked_mean(lambda h, keep: torch.stack([x[k].mean(0) for x, k in zip(h, keep)]))
+    assert not ex.check_masked_mean(stub)
+    assert_fails_with(ex.check_masked_mean, lambda h, keep: h.mean(1), "padding is averaged in")
+    assert_fails_with(ex.check_masked_mean, lambda h, keep: (h * keep.unsqueeze(-1)).sum(1) / h.shape[1], "count")
+    assert_fails_with(ex.check_masked_mean, lambda h, keep: (h * keep.unsqueeze(-1)).sum(1), "the sum")
+    assert_fails_with(ex.check_masked_mean, lambda h, keep: (h * keep).sum(1) / keep.sum(1), "unsqueeze")
+
+
 def test_adjacency_mask_checker():
     def right(edges, n):
         mask = torch.eye(n, dtype=torch.bool)

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+import torch
+from attnbook import measure
 from attnbook.exercises import ExerciseFailed
 from attnbook.exercises import scaling_and_practice as ex
 from exercise_helpers import assert_fails_with, stub
@@ -79,3 +81,28 @@ def test_loss_scale():
     assert_fails_with(ex.check_loss_scale, 2**20, "too large")
     with pytest.raises(ExerciseFailed, match="expected a number"):
         ex.check_loss_scale("32768")
+
+
+def test_attention_entropy():
+    def right(w):
+        return -torch.special.xlogy(w, w).sum(-1).mean(dim=(0, 2))
+
+    def with_where(w):  # another right way to take 0 ln 0 = 0
+        return -torch.where(w > 0, w * w.log(), torch.zeros_like(w)).sum(-1).mean(dim=(0, 2))
+
+    assert ex.check_attention_entropy(right).passed and ex.check_attention_entropy(with_where).passed
+    # equal to the library's instrument on weights from a model
+    w = torch.softmax(torch.randn(3, 4, 7, 7), dim=-1)
+    torch.testing.assert_close(right(w), measure.attention_entropy(w))
+    assert not ex.check_attention_entropy(stub).passed
+    wrong = {
+        "NaN in floating point": lambda w: -(w * w.log()).sum(-1).mean(dim=(0, 2)),
+        "natural logarithm": lambda w: right(w) / math.log(2),
+        "the sign": lambda w: -right(w),
+        "not a mean": lambda w: -torch.special.xlogy(w, w).mean(-1).mean(dim=(0, 2)),
+    }
+    for fragment, answer in wrong.items():
+        assert_fails_with(ex.check_attention_entropy, answer, fragment)
+    # one entropy per head: averaged over the batch and the queries
+    assert_fails_with(ex.check_attention_entropy, lambda w: -torch.special.xlogy(w, w).sum(-1).mean(-1), "shape")
+    assert_fails_with(ex.check_attention_entropy, lambda w: -torch.special.xlogy(w, w).sum(-1).mean(), "shape")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from .. import audio, contrastive, graphs
+from .. import audio, blocks, contrastive, graphs
 from . import ExerciseFailed, Mistake, Result, check_function, clone_args
 
 __all__ = [
+    "check_masked_mean",
     "check_adjacency_mask",
     "check_shortest_paths",
     "check_spectrogram_shape",
@@ -28,6 +29,50 @@ def _require_bool(fn, case, exercise: str) -> None:
             f"the mask must be boolean (True = may attend), got dtype {out.dtype}: "
             f"build it with dtype=torch.bool or from comparisons.",
         )
+
+
+def check_masked_mean(fn) -> Result:
+    """``fn(h, keep)``: h (B, n, D), keep (B, n) bool; the (B, D) mean of each set over its real elements."""
+    g = torch.Generator().manual_seed(15)
+    cases = []
+    for sizes, n, d in (([3, 1, 4], 4, 5), ([2, 2], 3, 2), ([5], 5, 3)):  # the last set has no padding
+        keep = torch.arange(n) < torch.tensor(sizes)[:, None]  # (B, n)
+        h = torch.randn(len(sizes), n, d, generator=g, dtype=torch.float64)
+        cases.append((h, keep))
+
+    def weights(keep, h):
+        return keep.unsqueeze(-1).to(h.dtype)  # (B, n, 1)
+
+    mistakes = [
+        Mistake(
+            "the padding is averaged in: the mean must run over the real elements only (keep is True), "
+            "so multiply by the mask before summing and divide by the number of real elements.",
+            lambda h, keep: h.mean(dim=1),
+        ),
+        Mistake(
+            "the padding is left out of the sum but not out of the count: divide by the number of real "
+            "elements of each set, keep.sum(1), not by n.",
+            lambda h, keep: (h * weights(keep, h)).sum(1) / h.shape[1],
+        ),
+        Mistake(
+            "that is the sum of the real elements; divide by how many there are to get their mean.",
+            lambda h, keep: (h * weights(keep, h)).sum(1),
+        ),
+    ]
+    return check_function(
+        fn,
+        exercise="the mean of a padded set",
+        reference=blocks.masked_mean,
+        cases=cases,
+        mistakes=mistakes,
+        error_hints=[
+            (
+                "must match the size of tensor",
+                "keep is (B, n) and h is (B, n, D): give keep a last axis, "
+                "keep.unsqueeze(-1), so that it multiplies every feature of an element.",
+            ),
+        ],
+    )
 
 
 def _reference_mask(edges, n_nodes):
@@ -199,53 +244,53 @@ def check_clip_loss(fn) -> Result:
 
 
 def agent_mask(n_agents: int, n_steps: int) -> torch.Tensor:
-    """The reference: tokens listed time step by time step ((t, a) at index t * A + a); (t, a) may attend to
-    (s, b) iff s <= t."""
-    time = torch.arange(n_steps).repeat_interleave(n_agents)  # (T * A,): the time step of each token
-    return time[None, :] <= time[:, None]  # (T*A, T*A)
+    """The reference: tokens listed time step by time step ((s, a) at index s * A + a); (s, a) may attend to
+    (r, b) iff r <= s."""
+    step = torch.arange(n_steps).repeat_interleave(n_agents)  # (S * A,): the time step of each token
+    return step[None, :] <= step[:, None]  # (S*A, S*A)
 
 
 def check_agent_mask(fn) -> Result:
-    """``fn(n_agents, n_steps)``: the (T*A, T*A) mask of a multi-agent forecaster, tokens listed step by step."""
+    """``fn(n_agents, n_steps)``: the (S*A, S*A) mask of a multi-agent forecaster, tokens listed step by step."""
     cases = [(2, 3), (3, 4), (1, 5), (4, 1)]
 
-    def agent_major(A, T):
-        time = torch.arange(T).repeat(A)
-        return time[None, :] <= time[:, None]
+    def agent_major(A, S):
+        step = torch.arange(S).repeat(A)
+        return step[None, :] <= step[:, None]
 
-    def strictly_earlier(A, T):
-        time = torch.arange(T).repeat_interleave(A)
-        return (time[None, :] < time[:, None]) | torch.eye(A * T, dtype=torch.bool)
+    def strictly_earlier(A, S):
+        step = torch.arange(S).repeat_interleave(A)
+        return (step[None, :] < step[:, None]) | torch.eye(A * S, dtype=torch.bool)
 
-    def own_agent_only(A, T):
-        agent = torch.arange(A).repeat(T)
-        return agent_mask(A, T) & (agent[None, :] == agent[:, None])
+    def own_agent_only(A, S):
+        agent = torch.arange(A).repeat(S)
+        return agent_mask(A, S) & (agent[None, :] == agent[:, None])
 
-    def token_causal(A, T):
-        return torch.ones(A * T, A * T, dtype=torch.bool).tril()
+    def token_causal(A, S):
+        return torch.ones(A * S, A * S, dtype=torch.bool).tril()
 
     mistakes = [
         Mistake(
-            "the tokens are listed time step by time step: token t * A + a is agent a at step t (you listed "
+            "the tokens are listed time step by time step: token s * A + a is agent a at step s (you listed "
             "them agent by agent).",
             agent_major,
         ),
         Mistake(
-            "an agent may also attend to the other agents at the same step (s <= t, not s < t): their "
-            "positions at step t are known when forecasting step t + 1.",
+            "an agent may also attend to the other agents at the same step (r <= s, not r < s): their "
+            "positions at step s are known when forecasting step s + 1.",
             strictly_earlier,
         ),
         Mistake(
             "each agent must also see the other agents (that is what makes the forecast social): allow every "
-            "token (s, b) with s <= t, whichever the agent b.",
+            "token (r, b) with r <= s, whichever the agent b.",
             own_agent_only,
         ),
         Mistake(
-            "a plain causal mask over the token index lets agent 0 at step t miss the other agents at step "
-            "t; the rule is on the time steps: s <= t.",
+            "a plain causal mask over the token index lets agent 0 at step s miss the other agents at step "
+            "s; the rule is on the time steps: r <= s.",
             token_causal,
         ),
-        Mistake("the mask is inverted: True means 'may attend'.", lambda A, T: ~agent_mask(A, T)),
+        Mistake("the mask is inverted: True means 'may attend'.", lambda A, S: ~agent_mask(A, S)),
     ]
     _require_bool(fn, cases[0], "multi-agent mask")
     return check_function(fn, exercise="multi-agent mask", reference=agent_mask, cases=cases, mistakes=mistakes)

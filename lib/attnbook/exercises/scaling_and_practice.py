@@ -1,14 +1,22 @@
-"""Checkers for the exercises of the chapter on scaling and practice: compute, exponents, sizes, loss scales."""
+"""Checkers for the exercises of the chapter on scaling and practice: compute, exponents, sizes, loss scales,
+the entropy of attention."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import torch
 
 from . import Mistake, Result, check_function, check_number
 
-__all__ = ["check_training_flops", "check_fit_exponent", "check_compute_optimal", "check_loss_scale"]
+__all__ = [
+    "check_training_flops",
+    "check_fit_exponent",
+    "check_compute_optimal",
+    "check_loss_scale",
+    "check_attention_entropy",
+]
 
 
 def _training_flops(n_layers, d_model, n_tokens):
@@ -158,4 +166,54 @@ def check_loss_scale(answer) -> Result:
                 2.0**-14 / 3e-9,
             ),
         ],
+    )
+
+
+def _entropy(weights):
+    return -torch.special.xlogy(weights, weights).sum(-1).mean(dim=(0, 2))  # (H,)
+
+
+def _causal_weights(b: int, h: int, t: int, seed: int, sharpness: float) -> torch.Tensor:
+    """Attention weights (b, h, t, t) under a causal mask: zeros above the diagonal."""
+    g = torch.Generator().manual_seed(seed)
+    scores = sharpness * torch.randn(b, h, t, t, generator=g, dtype=torch.float64)
+    allowed = torch.ones(t, t, dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+def check_attention_entropy(fn) -> Result:
+    """``fn(weights)``: weights (B, H, T, T), rows summing to 1 with zeros where masked; return the entropy
+    -sum_j a_ij ln a_ij of each query's weights, averaged over the batch and the queries: shape (H,)."""
+    one_hot = torch.zeros(1, 2, 4, 4, dtype=torch.float64)
+    one_hot[..., 0] = 1.0  # every query on its first key: entropy 0
+    uniform = torch.full((2, 1, 3, 5), 0.2, dtype=torch.float64)  # entropy ln 5
+    cases = [(_causal_weights(2, 3, 6, 0, 1.0),), (_causal_weights(1, 4, 8, 1, 4.0),), (one_hot,), (uniform,)]
+    mistakes = [
+        Mistake(
+            "a weight of 0 gives 0 * ln 0 = 0 * (-inf) = NaN in floating point, but it contributes 0 to the "
+            "entropy (the limit of a ln a): use torch.special.xlogy(a, a), or torch.where(a > 0, a * a.log(), 0).",
+            lambda w: -(w * w.log()).sum(-1).mean(dim=(0, 2)),
+        ),
+        Mistake(
+            "the entropy in nats uses the natural logarithm (torch.log), not log2.",
+            lambda w: _entropy(w) / math.log(2),
+        ),
+        Mistake(
+            "the sign: ln a <= 0 for a weight a <= 1, so the entropy -sum_j a_j ln a_j is positive.",
+            lambda w: -_entropy(w),
+        ),
+        Mistake(
+            "the entropy of one query's weights is a sum over the keys (the last dimension), not a mean: "
+            "sum over the keys, then average over the batch and the queries.",
+            lambda w: -torch.special.xlogy(w, w).mean(-1).mean(dim=(0, 2)),
+        ),
+    ]
+    return check_function(
+        fn,
+        exercise="The entropy of attention",
+        reference=_entropy,
+        cases=cases,
+        mistakes=mistakes,
+        rtol=1e-5,
+        atol=1e-7,
     )
