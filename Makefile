@@ -123,6 +123,7 @@ student: python-env
 
 # --- checks -------------------------------------------------------------------------------------
 test: setup
+	$(MAKE) lint
 	$(MAKE) test-lib
 	$(MAKE) test-notebooks
 	$(MAKE) html

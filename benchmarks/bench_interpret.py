@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
-from attnbook import attention, data, interpret, models, train, train_lm
+from attnbook import attention, attribution, data, interpret, models, train, train_lm
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "interpret.json"
@@ -161,9 +161,9 @@ def attribution_agreement(model, recipe: dict) -> dict:
     with torch.no_grad():
         _, weights = model(x, return_weights=True)
     maps = {f"attention, layer {l + 1}": w.mean(dim=1) for l, w in enumerate(weights)}
-    maps["attention rollout"] = interpret.attention_rollout(weights)
-    maps["gradient x input"] = interpret.gradient_x_input(model, x, y).abs()
-    maps["token ablation"] = interpret.token_ablation(model, x, y, other)
+    maps["attention rollout"] = attribution.attention_rollout(weights)
+    maps["gradient x input"] = attribution.gradient_x_input(model, x, y).abs()
+    maps["token ablation"] = attribution.token_ablation(model, x, y, other)
     return {name: (m[:, t].argmax(-1) == source).float().mean().item() for name, m in maps.items()}
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import _checks
+from . import _checks, attribution
 from ._vit_checks import (
     check_choice,
     check_config,
@@ -391,9 +391,10 @@ def class_attention_maps(weights, grid) -> torch.Tensor:
 def attention_rollout(weights, grid, *, residual: float = 0.5) -> torch.Tensor:
     """Attention rollout (Abnar and Zuidema, 2020): how much each patch flows into the class token's output.
 
-    Each layer's weights are averaged over heads, mixed with the identity for the residual connection,
-    A_l = residual * I + (1 - residual) * mean_h(W_l), and multiplied through the layers,
-    R = A_L ... A_2 A_1. Row 0 of R (the class token), without its entry for itself, is returned as a grid.
+    :func:`attnbook.attribution.attention_rollout`: each layer's weights averaged over heads, mixed with the
+    identity for the residual connection, A_l = residual * I + (1 - residual) * mean_h(W_l), and multiplied
+    through the layers, R = A_L ... A_2 A_1. Row 0 of R (the class token), without its entry for itself, is
+    returned as a grid.
     The rows of R sum to one, so the returned grid sums to at most one.
 
     Shapes:
@@ -404,12 +405,7 @@ def attention_rollout(weights, grid, *, residual: float = 0.5) -> torch.Tensor:
     Chapter: vision transformers.
     """
     weights, grid, residual = check_rollout(weights, grid, residual)  # a list of L tensors; (Hg, Wg); a float
-    T = weights[0].shape[-1]
-    eye = torch.eye(T, dtype=weights[0].dtype, device=weights[0].device)  # (T, T)
-    rollout = eye.expand(weights[0].shape[0], T, T)  # (B, T, T)
-    for w in weights:
-        a = residual * eye + (1 - residual) * w.mean(dim=1)  # (B, T, T), rows sum to 1
-        rollout = a @ rollout  # (B, T, T)
+    rollout = attribution.attention_rollout(weights, residual=residual)  # (B, T, T)
     return _to_grid(rollout[:, 0, :], grid)  # (B, Hg, Wg)
 
 

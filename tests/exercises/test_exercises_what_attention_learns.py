@@ -2,7 +2,7 @@
 "not attempted"."""
 
 import torch
-from attnbook import interpret
+from attnbook import attribution, interpret
 from attnbook.exercises import what_attention_learns as ex
 from exercise_helpers import assert_fails_with, stub
 
@@ -71,7 +71,7 @@ def rollout(weights, residual=True, left=True, mean=True, plus=False):
 
 def test_rollout_checker():
     assert ex.check_rollout(rollout)
-    assert ex.check_rollout(interpret.attention_rollout)
+    assert ex.check_rollout(attribution.attention_rollout)
     assert not ex.check_rollout(stub)
     assert_fails_with(ex.check_rollout, lambda ws: rollout(ws, residual=False), "residual path is missing")
     assert_fails_with(ex.check_rollout, lambda ws: rollout(ws, left=False), "wrong order")

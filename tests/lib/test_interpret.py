@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from attnbook import data, interpret, models
+from attnbook import attribution, data, interpret, models
 from torch import nn
 
 V = 7
@@ -281,14 +281,14 @@ def test_attention_rollout_against_a_loop():
                     a[i, j] = 0.5 * sum(w[b, h, i, j] for h in range(3)) / 3 + 0.5 * (i == j)
             r = a @ r
         expected[b] = r
-    got = interpret.attention_rollout(weights)
+    got = attribution.attention_rollout(weights)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(got.sum(-1), torch.ones(2, T, dtype=torch.float64))  # rows sum to 1
     assert torch.all(got.triu(1) == 0)  # causal weights give a causal rollout
     with pytest.raises(TypeError, match="weights must be a non-empty list"):
-        interpret.attention_rollout(weights[0])
+        attribution.attention_rollout(weights[0])
     with pytest.raises(ValueError, match="must have the same shape"):
-        interpret.attention_rollout([weights[0], weights[1][:, :2]])
+        attribution.attention_rollout([weights[0], weights[1][:, :2]])
 
 
 @pytest.mark.parametrize("make", [attention_only, small_gpt], ids=["ao", "gpt"])
@@ -296,7 +296,7 @@ def test_gradient_x_input_against_finite_differences(make):
     """s_tj = e_j . d log p(y_t) / d e_j is the derivative of log p(y_t) when e_j is scaled by (1 + eps)."""
     model = make()
     ids, targets = ids_of(2, 6, seed=1), ids_of(2, 6, seed=2)
-    got = interpret.gradient_x_input(model, ids, targets)
+    got = attribution.gradient_x_input(model, ids, targets)
     embedding = model.embed if isinstance(model, interpret.AttentionOnly) else model.embed.token
     eps = 1e-5
 
@@ -317,9 +317,9 @@ def test_gradient_x_input_against_finite_differences(make):
         torch.testing.assert_close(got[:, :, j], derivative, atol=1e-6, rtol=1e-5)
     assert torch.all(got.triu(1) == 0)  # an input after the prediction does not reach it
     with pytest.raises(ValueError, match="ids and targets must have the same shape"):
-        interpret.gradient_x_input(model, ids, targets[:, :5])
+        attribution.gradient_x_input(model, ids, targets[:, :5])
     with pytest.raises(TypeError, match="model must be an attnbook.models.GPT or an interpret.AttentionOnly"):
-        interpret.gradient_x_input(nn.Linear(2, 2), ids, targets)
+        attribution.gradient_x_input(nn.Linear(2, 2), ids, targets)
 
 
 @pytest.mark.parametrize("make", [attention_only, small_gpt], ids=["ao", "gpt"])
@@ -335,14 +335,14 @@ def test_token_ablation_against_a_loop(make):
             edited[:, j] = replacement[:, j]
             after = torch.log_softmax(model(edited), -1).gather(-1, targets[..., None])[..., 0]
             expected[:, :, j] = base - after
-    got = interpret.token_ablation(model, ids, targets, replacement)
+    got = attribution.token_ablation(model, ids, targets, replacement)
     torch.testing.assert_close(got, expected)
     assert torch.all(got.triu(1) == 0)
-    one = interpret.token_ablation(model, ids, targets, 3)  # one id for every position
-    same = interpret.token_ablation(model, ids, targets, torch.full_like(ids, 3))
+    one = attribution.token_ablation(model, ids, targets, 3)  # one id for every position
+    same = attribution.token_ablation(model, ids, targets, torch.full_like(ids, 3))
     torch.testing.assert_close(one, same)
     with pytest.raises(ValueError, match="replacement must be a token id in \\[0, 7\\)"):
-        interpret.token_ablation(model, ids, targets, V)
+        attribution.token_ablation(model, ids, targets, V)
 
 
 # --- the lab's GPT ----------------------------------------------------------------------------------------

@@ -173,6 +173,9 @@ def theme_css() -> str:
                 ".attnbook-diagram svg.abd{display:block;margin:0 auto;width:100%;height:auto}",
                 "figure .attnbook-diagram svg.abd{--bg:transparent}",
                 svg.dark_stylesheet(f"{dark} figure .attnbook-diagram"),
+                "/* Code of 79 columns fits the text column at a laptop's width (1280 px), folded or not. */",
+                "article div.cell_input pre,article div.cell_output pre{font-size:13px;"
+                "padding-left:.75rem;padding-right:.75rem}",
                 "/* The chapter map of the introduction in dark mode. */",
                 f"{dark} .attnbook-chapter-map rect{{fill:#1e242c;stroke:#8a97a6}}",
                 f"{dark} .attnbook-chapter-map text{{fill:#e4e9ef}}",

@@ -8,7 +8,20 @@ import re
 
 import torch
 import torch.nn.functional as F
-from attnbook import audio, blocks, bpe, contrastive, data, graphs, interpret, lora, models, pretrain, train
+from attnbook import (
+    attribution,
+    audio,
+    blocks,
+    bpe,
+    contrastive,
+    data,
+    graphs,
+    interpret,
+    lora,
+    models,
+    pretrain,
+    train,
+)
 from harness import (
     FILES,
     Adjacency,
@@ -1532,13 +1545,13 @@ def _naive_rollout(call, weights):
 
 
 @spec(
-    "interpret.attention_rollout",
-    interpret.attention_rollout,
+    "attribution.attention_rollout",
+    attribution.attention_rollout,
     dict(n=(1, 3), B=(1, 2), H=(1, 3), T=(1, 5)),
     reference=_naive_rollout,
 )
 def _(s):
-    return interpret.attention_rollout, dict(weights=LayerWeights(s.n, s.B, s.H, s.T))
+    return attribution.attention_rollout, dict(weights=LayerWeights(s.n, s.B, s.H, s.T))
 
 
 def _naive_gradient_x_input(call, model, ids, targets):
@@ -1565,14 +1578,14 @@ def _naive_gradient_x_input(call, model, ids, targets):
 
 
 @spec(
-    "interpret.gradient_x_input",
-    interpret.gradient_x_input,
+    "attribution.gradient_x_input",
+    attribution.gradient_x_input,
     dict(kind=(0, 1), B=(1, 2), T=(1, 5)),
     half=False,
     reference=_naive_gradient_x_input,
 )
 def _(s):
-    return interpret.gradient_x_input, dict(
+    return attribution.gradient_x_input, dict(
         model=Obj(_interpret_models(s)),
         ids=Ids(s.B, s.T, vocab=INTERPRET_V),
         targets=Ids(s.B, s.T, vocab=INTERPRET_V),
@@ -1592,14 +1605,14 @@ def _naive_token_ablation(call, model, ids, targets, replacement):
 
 
 @spec(
-    "interpret.token_ablation",
-    interpret.token_ablation,
+    "attribution.token_ablation",
+    attribution.token_ablation,
     dict(kind=(0, 2), B=(1, 2), T=(1, 5)),
     half=False,
     reference=_naive_token_ablation,
 )
 def _(s):
-    return interpret.token_ablation, dict(
+    return attribution.token_ablation, dict(
         model=Obj(_interpret_models(s)),
         ids=Ids(s.B, s.T, vocab=INTERPRET_V),
         targets=Ids(s.B, s.T, vocab=INTERPRET_V),
