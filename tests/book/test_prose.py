@@ -100,7 +100,10 @@ UNITS = (
     r"|scores\s+per"
 )
 # ... or directly by a percent sign, or it comes shortly after one of these words
-MEASURED = r"measured|measures|reaches|reached|accuracy|scores?|scored|loss(?:es)? of|takes|took|needs|needed"
+MEASURED = (
+    r"measured|measures|reaches|reached|accuracy|scores?|scored|loss(?:es)? of|takes|took|needs|needed"
+    r"|agreed?|agrees"
+)
 # ... or it is a setting of the machine or the model written into the text: "a 2-core machine", "context 64",
 # "a batch of 64"
 SETTING = rf"(?P<k>{NUMBER})-cores?\b|\bcontext\s+(?P<c>{NUMBER})\b|\bbatch(?:es)?\s+of\s+(?P<b>{NUMBER})\b"
@@ -238,11 +241,12 @@ def test_the_number_check_flags_counts_and_scores_and_spares_the_rest(tmp_path):
         "$T = 100$ steps in a formula, `steps=300` in code. The paper trains for 65,536 steps "
         "{cite}`someone2020`. Two layers, chapter 3, in 2017, and 4 of the 8 heads, 12 tokens.\n\n"
         "The logits hold 65 scores per character; a context 64 on a 2-core machine, in a batch of 24. "
-        "The context of experiment 1 scores well; a model that predicts 1 scores that.\n\n"
+        "The context of experiment 1 scores well; a model that predicts 1 scores that. Both losses agree at "
+        "2.26.\n\n"
         "```{code-cell} ipython3\nfit(steps=800)  # 800 steps\n```\n"
     )
     assert sorted(n for _, n in typed_numbers(page)) == sorted(
-        ["97.5", "1,000", "360", "0.93", "12", "65", "64", "2", "24"]
+        ["97.5", "1,000", "360", "0.93", "12", "65", "64", "2", "24", "2.26"]
     )
 
 
