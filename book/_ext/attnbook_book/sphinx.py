@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 from pathlib import Path
 
@@ -176,6 +178,8 @@ def theme_css() -> str:
                 "/* Code of 79 columns fits the text column at a laptop's width (1280 px), folded or not. */",
                 "article div.cell_input pre,article div.cell_output pre{font-size:13px;"
                 "padding-left:.75rem;padding-right:.75rem}",
+                "/* ... in a solution's dropdown too: its code cells take the width its text is indented by. */",
+                ".admonition p.admonition-title~section>div.cell{margin-left:-1.4rem;margin-right:-1.4rem}",
                 "/* The chapter map of the introduction in dark mode. */",
                 f"{dark} .attnbook-chapter-map rect{{fill:#1e242c;stroke:#8a97a6}}",
                 f"{dark} .attnbook-chapter-map text{{fill:#e4e9ef}}",
@@ -280,6 +284,28 @@ def fix_markup(app, pagename, templatename, context, doctree) -> None:
             body = body.replace(old, new)
     if body:
         context["body"] = body
+
+
+# The sidebar's toggle that opens a chapter's pages is a <summary> holding only a chevron: named after the
+# chapter it opens ("Pages of 9. The cost of attention").
+NAMELESS_TOGGLE = re.compile(
+    r'(<a class="[^"]*reference internal[^"]*" href="[^"]*">([^<]*)</a><details[^>]*>)<summary>'
+)
+
+
+def name_sidebar_toggles(app, pagename, templatename, context, doctree) -> None:
+    generate = context.get("generate_toctree_html")
+    if generate is None or getattr(generate, "names_toggles", False):
+        return
+
+    def generate_named(*args, **kwargs):
+        return NAMELESS_TOGGLE.sub(
+            lambda m: f'{m[1]}<summary aria-label="Pages of {html.escape(html.unescape(m[2]), quote=True)}">',
+            str(generate(*args, **kwargs)),
+        )
+
+    generate_named.names_toggles = True
+    context["generate_toctree_html"] = generate_named
 
 
 def number_section_pages(app, env) -> list[str]:
@@ -469,6 +495,7 @@ def setup(app):
     app.connect("config-inited", add_templates)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("html-page-context", fix_markup)
+    app.connect("html-page-context", name_sidebar_toggles, priority=950)  # after the theme's toctree functions
     app.connect("env-get-updated", number_section_pages, priority=900)  # after Sphinx numbers the sections
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
