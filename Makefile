@@ -27,6 +27,8 @@ OMP_NUM_THREADS ?= 1
 export OMP_NUM_THREADS
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
+# Notebooks and browser tests run in parallel (pytest-xdist), one notebook whole per worker; 0 runs them in turn.
+JOBS ?= 2
 NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-current-env \
 	--nbval-cell-timeout=900 -p no:cacheprovider \
 	--executed-dir $(BUILD)/executed --times-report $(BUILD)/reports/execution_times.json
@@ -99,7 +101,7 @@ sync: python-env
 # for the build, and each chapter's time goes to $(BUILD)/reports/execution_times.json.
 execute: python-env
 	$(if $(PARTIAL),,rm -rf $(BUILD)/executed)
-	$(NBVAL) --student $(NB)
+	$(NBVAL) --student -n $(JOBS) --dist loadfile $(NB)
 
 # Build the HTML from the notebooks `execute` just ran, with warnings as errors.
 html: python-env npm-assets diagrams
@@ -153,7 +155,7 @@ test-lib: python-env
 test-notebooks: execute
 
 test-site: python-env
-	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m site -p no:cacheprovider
+	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m site -p no:cacheprovider -n $(JOBS)
 
 test-pdf: python-env
 	ATTNBOOK_HTML=$(BUILD)/html ATTNBOOK_PDF=$(PDF) $(PY) -m pytest tests -m pdf -p no:cacheprovider

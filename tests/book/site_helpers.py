@@ -102,3 +102,16 @@ FOCUS_RING = """() => {
   if (shape) { const r = getComputedStyle(shape); return ['stroke', parseFloat(r.strokeWidth), r.stroke]; }
   return ['none', 0, ''];
 }"""
+
+
+# Every code cell's input, folded cells and solutions opened, that is wider than its box: [nearest id, first
+# line, scroll width, box width]. The chapters' code is at most 79 columns (chapters/ruff.toml); at 1280 px
+# the page's code column holds 84 characters, 81 in a solution's dropdown.
+WIDE_CODE = """() => {
+  document.querySelectorAll('details').forEach(d => d.open = true);
+  document.querySelectorAll('.toggle-hidden, .toggle-details__container')
+    .forEach(e => e.classList.remove('toggle-hidden'));
+  return [...document.querySelectorAll('article .cell_input pre')]
+    .filter(p => p.scrollWidth > p.clientWidth + 1)
+    .map(p => [(p.closest('[id]') || {}).id, p.textContent.split('\\n')[0].slice(0, 60), p.scrollWidth, p.clientWidth]);
+}"""

@@ -1,9 +1,10 @@
 """The built HTML book, opened in headless Chromium (Debian's package, driven by Playwright).
 
 Every page is opened twice. At a laptop's width in light mode: no console errors, no request leaves the
-local server, math is rendered, every image has alt text, every display equation and table of the text fits
-the text column, every plotly figure renders in its own (desktop) layout with a text alternative written
-from its data, and moving a slider changes the figure and its description; widgets render; every diagram is
+local server, math is rendered, every image has alt text, every display equation, table and code cell
+(folded or not, in either colour mode) fits the text column, every plotly figure renders in its own
+(desktop) layout with a text alternative written from its data, and moving a slider changes the figure
+and its description; widgets render; every diagram is
 drawn, numbered, captioned and labelled for screen readers. At a phone's width in dark mode: diagrams and
 plots take the dark colours, widgets keep legible text on the theme's light card, every plotly figure keeps
 about two thirds of its width for the plot with no text running into other text or out of the figure. In
@@ -31,6 +32,7 @@ from site_helpers import (
     LAPTOP,
     PHONE,
     REPO,
+    WIDE_CODE,
     built_toc,
     content_pages,
     contrast,
@@ -121,6 +123,11 @@ def test_page(server, browser, path):
             assert heavy == [], f"{path} has no model in the page but loaded {heavy}"
 
         audit(page, path, "light")
+        # Code: no code cell scrolls sideways, folded cells and solutions opened, in either colour mode.
+        for mode in ("light", "dark"):
+            page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{mode}'; }}")
+            wide_code = page.evaluate(WIDE_CODE)
+            assert wide_code == [], f"{path} ({mode}): code cells wider than the column: {wide_code}"
         assert errors == [], f"{path}: console errors: {errors}"
         assert outside == [], f"{path}: requests left the local server: {outside}"
     finally:

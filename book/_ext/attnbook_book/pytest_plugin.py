@@ -5,6 +5,8 @@ Use with ``pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-current-env
 - ``--executed-dir DIR``: write each executed notebook, with its outputs and its widget state, to
   ``DIR/chapters/NAME.ipynb``; the book is built from these (no second execution).
 - ``--times-report FILE``: write each chapter's execution time (seconds) to a JSON file.
+- With pytest-xdist (``-n 2 --dist loadfile``) each notebook runs whole on one worker; every worker adds its
+  chapters' times to the report.
 - ``--student``: also execute each chapter's student version (solutions removed). The student notebook
   is the full notebook minus its solution cells, so both share every cell before the first solution;
   the student's remaining cells run in the same kernel right there, before the full notebook goes on.
@@ -14,6 +16,7 @@ Use with ``pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-current-env
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
 import time
 from pathlib import Path
@@ -50,6 +53,7 @@ def _record(item) -> dict:
 
 def pytest_configure(config):
     config._attnbook_stats = {}
+    config._attnbook_started = time.strftime("%Y-%m-%d %H:%M:%S")
 
 
 @pytest.hookimpl(trylast=True)
@@ -170,26 +174,36 @@ def pytest_sessionfinish(session, exitstatus):
         return
     path = Path(report)
     path.parent.mkdir(parents=True, exist_ok=True)
-    previous = json.loads(path.read_text()) if path.exists() else {}
-    for nb_path, record in stats.items():
-        previous[nb_path.stem] = {
-            "seconds": round(record["seconds"], 2),
-            "student_seconds": round(record["student_seconds"], 2),
-            "cells": record["cells"],
-            "passed": not record["failed"],
-            "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
-    path.write_text(json.dumps(dict(sorted(previous.items())), indent=2) + "\n")
+    with open(path.with_suffix(".lock"), "w") as lock:  # parallel workers add their chapters one at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        for nb_path, record in stats.items():
+            previous[nb_path.stem] = {
+                "seconds": round(record["seconds"], 2),
+                "student_seconds": round(record["student_seconds"], 2),
+                "cells": record["cells"],
+                "passed": not record["failed"],
+                "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+            }
+        path.write_text(json.dumps(dict(sorted(previous.items())), indent=2) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    stats = config._attnbook_stats
-    if not stats:
+    rows = {p.stem: r for p, r in config._attnbook_stats.items()}
+    report = config.getoption("--times-report")
+    if not rows and report and Path(report).exists() and config.getoption("numprocesses", None):
+        # the workers ran the notebooks and wrote the report: this run's rows
+        rows = {
+            name: {**r, "failed": not r["passed"]}
+            for name, r in json.loads(Path(report).read_text()).items()
+            if r["measured"] >= config._attnbook_started
+        }
+    if not rows:
         return
     terminalreporter.section("chapter execution times")
-    for nb_path, record in sorted(stats.items()):
+    for name, record in sorted(rows.items()):
         status = "ok" if not record["failed"] else "FAILED"
         terminalreporter.write_line(
-            f"{nb_path.stem:45s} {record['seconds']:7.1f} s  ({record['cells']} cells, {status}; "
+            f"{name:45s} {record['seconds']:7.1f} s  ({record['cells']} cells, {status}; "
             f"student version's own cells {record['student_seconds']:.1f} s)"
         )
