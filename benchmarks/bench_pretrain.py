@@ -104,14 +104,14 @@ def main(argv=None) -> int:
     train_text = text[: int(len(text) * 0.9)]
     chars = bpe.BPETokenizer([], specials=["[PAD]", "[MASK]"])
     pad, mask = chars.token_to_id["[PAD]"], chars.token_to_id["[MASK]"]
-    texts, labels = pretrain.shuffled_word_task(pretrain.words_of(text, min_len=4, max_len=10), seed=0)
+    texts, labels = data.shuffled_word_task(data.words_of(text, min_len=4, max_len=10), seed=0)
     ids, lengths = pretrain.pad([chars.encode(t) for t in texts], pad)
     labels = torch.tensor(labels)
     test = ids[:N_TEST], lengths[:N_TEST], labels[:N_TEST]
     pool = ids[N_TEST:], lengths[N_TEST:], labels[N_TEST:]
     sizes = [n for n in args.sizes if n <= len(pool[0])]
     config = models.TransformerConfig(vocab_size=chars.vocab_size, **ENCODER)
-    unlabelled = [chars.encode(w) for w in pretrain.words_of(train_text)]
+    unlabelled = [chars.encode(w) for w in data.words_of(train_text)]
 
     needed = {METHODS[m][0] for m in args.methods} - {None}
     encoders, pretraining = {}, {}

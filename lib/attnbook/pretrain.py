@@ -7,14 +7,14 @@
   causal mask) with BERT's prediction head; :class:`SequenceClassifier` puts a linear head on the mean of
   an encoder's token states, for fine-tuning.
 - :func:`pad`, :func:`fit_classifier` and :func:`accuracy` feed, train and score a classifier on token
-  sequences; :func:`shuffled_word_task` makes the small labelled task of the chapter, and :func:`fit_mlm` pretrains.
+  sequences, and :func:`fit_mlm` pretrains; the chapter's small labelled task (real words against their
+  letters shuffled) is :func:`attnbook.data.shuffled_word_task`.
 
 Chapter: from text to tokens, and pretraining (13).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -36,8 +36,6 @@ __all__ = [
     "pad",
     "fit_classifier",
     "accuracy",
-    "words_of",
-    "shuffled_word_task",
     "fit_mlm",
 ]
 
@@ -395,60 +393,6 @@ def accuracy(
             yield x.to(device), lens.to(device), labels[start : start + batch_size].to(device)
 
     return train.accuracy(model, batches())
-
-
-def words_of(text: str, *, min_len: int = 1, max_len: int | None = None, lower: bool = True) -> list[str]:
-    """The words of ``text`` in order (runs of the letters A-Z and a-z), lower-cased, of ``min_len`` to
-    ``max_len`` letters.
-
-    >>> words_of("To be, or not to be: that is the question.", min_len=3)
-    ['not', 'that', 'the', 'question']
-
-    Chapter: from text to tokens, and pretraining.
-    """
-    import re
-
-    _checks.positive_int("min_len", min_len)
-    if max_len is not None:
-        _checks.positive_int("max_len", max_len)
-    words = re.findall(r"[A-Za-z]+", _checks.text("text", text))
-    if lower:
-        words = [w.lower() for w in words]
-    return [w for w in words if len(w) >= min_len and (max_len is None or len(w) <= max_len)]
-
-
-def shuffled_word_task(words: Sequence[str], *, seed: int = 0, tries: int = 50) -> tuple[list[str], list[int]]:
-    """A labelled task made from a list of words: is this a real word (label 0) or its letters shuffled (1)?
-
-    Each distinct word is used once; about half of them, chosen at random, are replaced by a shuffle of
-    their letters that is neither the word itself nor another word of the list (a word with no such
-    shuffle, "noon", stays real). Both classes have exactly the same letters, so no single letter, and no
-    bag of letters, tells them apart: only the order does.
-
-    Returns (texts, labels) in a shuffled order fixed by ``seed``.
-
-    Chapter: from text to tokens, and pretraining.
-    """
-    distinct = sorted(set(_checks.texts("words", words)))
-    if not distinct:
-        raise ValueError("words is empty")
-    tries = _checks.positive_int("tries", tries)
-    _checks.positive_int("seed", seed, minimum=0)
-    known = set(distinct)
-    rng = random.Random(seed)
-    rng.shuffle(distinct)
-    texts, labels = [], []
-    for word in distinct:
-        shuffled = None
-        if rng.random() < 0.5:
-            for _ in range(tries):
-                candidate = "".join(rng.sample(word, len(word)))
-                if candidate not in known:
-                    shuffled = candidate
-                    break
-        texts.append(word if shuffled is None else shuffled)
-        labels.append(0 if shuffled is None else 1)
-    return texts, labels
 
 
 def fit_mlm(

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from attnbook import bpe, models, pretrain
+from attnbook import bpe, data, models, pretrain
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
 
 PAD, MASK = 0, 1
@@ -128,9 +128,9 @@ def test_fine_tuning_learns_and_pretraining_lowers_the_mlm_loss():
 
 
 def test_shuffled_word_task_keeps_the_letters_and_only_changes_their_order():
-    words = pretrain.words_of("To be, or not to be: that is the question. Whether tis nobler in the mind", min_len=3)
+    words = data.words_of("To be, or not to be: that is the question. Whether tis nobler in the mind", min_len=3)
     assert words[:4] == ["not", "that", "the", "question"]
-    texts, labels = pretrain.shuffled_word_task(words * 3, seed=1)
+    texts, labels = data.shuffled_word_task(words * 3, seed=1)
     assert len(texts) == len(set(words))  # each distinct word once
     assert sorted(sorted(t) for t in texts) == sorted(sorted(w) for w in set(words))
     for t, label in zip(texts, labels):

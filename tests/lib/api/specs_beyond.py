@@ -922,14 +922,14 @@ def _scanned_words(call, text, min_len, max_len, lower):
 
 
 @spec(
-    "pretrain.words_of",
-    pretrain.words_of,
+    "data.words_of",
+    data.words_of,
     dict(n=(0, 30), lo=(1, 3), hi=(0, 4), lower=(0, 1)),
     reference=_scanned_words,
     half=False,
 )
 def _(s):
-    return pretrain.words_of, dict(
+    return data.words_of, dict(
         text=Text(length=s.n, alphabet=WORDS),
         min_len=Int(s.lo),
         max_len=Int(s.hi) if s.hi else Const(None),
@@ -948,15 +948,15 @@ def _check_shuffled_words(out, args):
 
 
 @spec(
-    "pretrain.shuffled_word_task",
-    pretrain.shuffled_word_task,
+    "data.shuffled_word_task",
+    data.shuffled_word_task,
     dict(n=(1, 6), seed=(0, 3)),
     check=_check_shuffled_words,
     half=False,
 )
 def _(s):
     vocabulary = ["stone", "notes", "onset", "tap", "pat", "apt", "noon", "a", "ab", "listen"]
-    return pretrain.shuffled_word_task, dict(words=Texts(vocabulary[: s.n] * 2), seed=Int(s.seed), tries=Int(20))
+    return data.shuffled_word_task, dict(words=Texts(vocabulary[: s.n] * 2), seed=Int(s.seed), tries=Int(20))
 
 
 # bpe ------------------------------------------------------------------------------------------------------
