@@ -144,3 +144,13 @@ def test_the_pages_of_a_chapter_are_numbered_after_it_and_its_own_headings_are_n
     assert shown == {"": [2, 1], "#first": [2, 1, 1]}
     assert [r["secnumber"] for r in env.tocs["chapters/02_b"].findall(nodes.reference)] == [[2], None, None]
     assert env.titles["chapters/02_2_d"]["secnumber"] == [2, 2]
+
+
+def test_the_book_accepts_an_exercises_points_as_a_class():
+    """An exercise block's points (``:class: points-3``, read by attnbook.grading.catalog) pass the build."""
+    from docutils.parsers.rst import directives
+    from sphinx_exercise.directive import ExerciseDirective
+
+    assert "class" in ExerciseDirective.option_spec  # sphinx-exercise rejects options it does not know
+    assert ExerciseDirective.option_spec["class"]("dropdown points-3") == ["dropdown", "points-3"]
+    assert directives.class_option("points-3") == ["points-3"]
