@@ -95,8 +95,9 @@ def test_dtypes_are_compared():
     with pytest.raises(ExerciseFailed, match=r"expected integers \(torch.long\)"):
         check_function(lambda n: torch.arange(n) * 1.0, exercise="range", reference=torch.arange, cases=[(3,)])
     # without a float input, any float dtype will do
-    assert check_function(lambda n: torch.ones(n), exercise="ones", reference=lambda n: torch.ones(n).double(),
-                          cases=[(3,)])
+    assert check_function(
+        lambda n: torch.ones(n), exercise="ones", reference=lambda n: torch.ones(n).double(), cases=[(3,)]
+    )
 
 
 def test_gradients_are_compared_when_asked():
@@ -119,8 +120,14 @@ def test_gradients_are_compared_when_asked():
     with pytest.raises(ExerciseFailed, match="carries no gradient"):
         check_function(detached, exercise="softmax", reference=softmax, cases=cases, gradients=True)
     with pytest.raises(ExerciseFailed, match="NaN where"):
-        check_function(nan_gradient, exercise="softmax", reference=softmax, cases=cases, gradients=True,
-                       gradient_hint="NaN where the reference is finite")
+        check_function(
+            nan_gradient,
+            exercise="softmax",
+            reference=softmax,
+            cases=cases,
+            gradients=True,
+            gradient_hint="NaN where the reference is finite",
+        )
     with pytest.raises(ExerciseFailed, match="backward pass through your function raised RuntimeError"):
         check_function(inplace_saved, exercise="softmax", reference=softmax, cases=cases, gradients=True)
 

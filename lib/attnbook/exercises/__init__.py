@@ -226,7 +226,7 @@ def check_function(
     rtol: float = 1e-4,
     success: str = "correct on every test case.",
     float32: bool = True,
-    gradients: bool = False,
+    gradients: bool | Sequence[int] = False,
     gradient_hint: str = "",
 ) -> Result:
     """Run ``fn`` on each case and compare with ``reference``; see the module docstring.
@@ -234,7 +234,7 @@ def check_function(
     ``error_hints`` maps a fragment of an exception message to a hint, for errors the usual mistakes cause.
     ``float32`` adds a float32 copy of every case with float64 tensors (compared at float32's precision);
     ``gradients`` compares the gradients of a fixed weighted sum of the result with respect to every float
-    tensor argument; ``gradient_hint`` is the hint for a NaN gradient where the reference's is finite.
+    tensor argument (True) or to the arguments at these positions (from 0); ``gradient_hint`` is the hint for a NaN gradient where the reference's is finite.
     """
     if not callable(fn):
         raise ExerciseFailed(exercise, f"expected a function, got {_describe(fn)}")
@@ -242,6 +242,7 @@ def check_function(
     if float32:
         every += [(c, max(atol, 1e-4), max(rtol, 1e-3)) for args in cases for c in [_as_float32(args)] if c]
         every = [case for case in every if _keeps_float32(reference, case[0])]
+    checked = []
     for number, (args, atol_, rtol_) in enumerate(every, start=1):
         kept = clone_args(args)
         got = _call(fn, args, exercise, number, error_hints)
@@ -268,8 +269,9 @@ def check_function(
                 if _difference(got, wrong, atol_, rtol_) is None:
                     raise ExerciseFailed(exercise, mistake.hint)
             raise ExerciseFailed(exercise, f"on test case {number}, {diff}.")
-        if gradients:
-            _check_gradients(fn, reference, kept, exercise, number, atol_, rtol_, gradient_hint)
+        checked.append((number, kept, atol_, rtol_))
+    for number, kept, atol_, rtol_ in checked if gradients else ():  # once every value is right
+        _check_gradients(fn, reference, kept, exercise, number, atol_, rtol_, gradient_hint, gradients)
     return Result(exercise, True, success)
 
 
@@ -298,37 +300,44 @@ def _call(fn: Callable, args: Sequence[Any], exercise: str, number: int, error_h
     """``fn(*args)``; a Result for the stub, ExerciseFailed (with where and a hint) for an error."""
     try:
         return fn(*args)
-    except NotImplementedError:
-        return Result(exercise, False, "not attempted yet: replace the `raise NotImplementedError` with your code.")
+    except NotImplementedError as error:
+        if not str(error):  # the stub's bare `raise NotImplementedError`, not an operation PyTorch lacks
+            return Result(exercise, False, "not attempted yet: replace the `raise NotImplementedError` with your code.")
+        return _raised(fn, error, exercise, number, error_hints)
     except Exception as error:  # the learner's code raised: say what and where, not a traceback
-        message = f"{type(error).__name__}: {error}".splitlines()[0]
-        hint = next((h[:1].upper() + h[1:] for fragment, h in error_hints if fragment in str(error)), "")
-        raise ExerciseFailed(
-            exercise,
-            f"on test case {number} your function raised {message}{_where_it_raised(fn, error)}."
-            + (f" {hint}" if hint else ""),
-        ) from None
+        return _raised(fn, error, exercise, number, error_hints)
 
 
-def _leaves(args: Sequence[Any]) -> tuple[tuple, list[torch.Tensor]]:
+def _raised(fn: Callable, error: Exception, exercise: str, number: int, error_hints) -> Any:
+    message = f"{type(error).__name__}: {error}".splitlines()[0]
+    hint = next((h[:1].upper() + h[1:] for fragment, h in error_hints if fragment in str(error)), "")
+    raise ExerciseFailed(
+        exercise,
+        f"on test case {number} your function raised {message}{_where_it_raised(fn, error)}."
+        + (f" {hint}" if hint else ""),
+    ) from None
+
+
+def _leaves(args: Sequence[Any], which) -> tuple[tuple, list[torch.Tensor]]:
     copies = clone_args(args)
-    leaves = [t for t in _tensors(list(copies)) if t.is_floating_point()]
+    chosen = [a for i, a in enumerate(copies) if which is True or i in which]
+    leaves = [t for t in _tensors(chosen) if t.is_floating_point()]
     for t in leaves:
         t.requires_grad_(True)
     return copies, leaves
 
 
-def _check_gradients(fn, reference, args, exercise, number, atol, rtol, gradient_hint) -> None:
-    copies, leaves = _leaves(args)
+def _check_gradients(fn, reference, args, exercise, number, atol, rtol, gradient_hint, which) -> None:
+    copies, leaves = _leaves(args, which)
     with torch.enable_grad():
         expected = weighted_gradients(reference(*copies), leaves)
         if expected is None:
             return
-        copies, leaves = _leaves(args)
+        copies, leaves = _leaves(args, which)
         try:
             got = weighted_gradients(fn(*copies), leaves)
         except Exception as error:  # noqa: BLE001 - an error in the backward pass
-            message = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            message = f"{type(error).__name__}: {str(error).split(': [')[0]}".splitlines()[0][:160]
             raise ExerciseFailed(
                 exercise,
                 f"on test case {number} the backward pass through your function raised {message}. "
@@ -343,7 +352,9 @@ def _check_gradients(fn, reference, args, exercise, number, atol, rtol, gradient
         )
     for g, e in zip(got, expected):
         if torch.isnan(g).any() and not torch.isnan(e).any():
-            raise ExerciseFailed(exercise, gradient_hint or f"on test case {number} the gradient of your result is NaN.")
+            raise ExerciseFailed(
+                exercise, gradient_hint or f"on test case {number} the gradient of your result is NaN."
+            )
         diff = _difference(g, e, atol, rtol)
         if diff is not None:
             raise ExerciseFailed(exercise, f"on test case {number}, the gradient of your result is wrong: {diff}.")

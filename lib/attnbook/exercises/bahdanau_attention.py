@@ -90,6 +90,7 @@ def check_bahdanau_attention(fn) -> Result:
                 "W_2 h_i for every i is H @ W_2.T, of shape (B, Ts, A).",
             )
         ],
+        gradients=True,
     )
 
 

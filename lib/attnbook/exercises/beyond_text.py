@@ -72,6 +72,7 @@ def check_masked_mean(fn) -> Result:
                 "keep.unsqueeze(-1), so that it multiplies every feature of an element.",
             ),
         ],
+        gradients=True,
     )
 
 
@@ -240,7 +241,9 @@ def check_clip_loss(fn) -> Result:
         Mistake("the scale multiplies the cosines (it is 1 / temperature); here it divides them.", divided),
         Mistake("average the two cross-entropies, (loss_images + loss_texts) / 2, rather than adding them.", summed),
     ]
-    return check_function(fn, exercise="CLIP loss", reference=contrastive.clip_loss, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="CLIP loss", reference=contrastive.clip_loss, cases=cases, mistakes=mistakes, gradients=True
+    )
 
 
 def agent_mask(n_agents: int, n_steps: int) -> torch.Tensor:

@@ -201,6 +201,7 @@ def check_merge_partial_attention(fn) -> Result:
                 "add a last dimension to the weights with .unsqueeze(-1).",
             )
         ],
+        gradients=True,
     )
 
 
@@ -305,4 +306,5 @@ def check_causal_linear_attention(fn) -> Result:
         mistakes=mistakes,
         atol=1e-9,
         rtol=1e-7,
+        gradients=True,
     )

@@ -86,6 +86,7 @@ def check_cross_attention(fn) -> Result:
                 "Z @ W_k is (..., m, Dk), and the scores are Q @ K.transpose(-2, -1).",
             )
         ],
+        gradients=True,
     )
 
 

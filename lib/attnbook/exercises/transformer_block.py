@@ -69,7 +69,9 @@ def check_layer_norm(fn) -> Result:
             lambda x, g_, b, e: g_ * x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + e) + b,
         ),
     ]
-    return check_function(fn, exercise="layer normalisation", reference=reference, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="layer normalisation", reference=reference, cases=cases, mistakes=mistakes, gradients=True
+    )
 
 
 def _block_parts(seed: int):

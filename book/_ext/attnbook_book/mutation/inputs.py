@@ -103,7 +103,7 @@ def _arguments(declaration: str, sizes, batch, dtype, g, regime, pick: int):
         elif spec.startswith("int("):
             args.append(_size(spec[4:-1], sizes))
         elif spec.startswith(("float(", "value(")):
-            values = eval(f"({spec[spec.index('(') + 1:-1]},)", {"__builtins__": {}})  # noqa: S307
+            values = eval(f"({spec[spec.index('(') + 1 : -1]},)", {"__builtins__": {}})  # noqa: S307
             args.append(values[pick % len(values)])
         elif spec.startswith("lengths["):
             n = _size(spec[8 : spec.index("]")], sizes)
@@ -116,8 +116,15 @@ def _arguments(declaration: str, sizes, batch, dtype, g, regime, pick: int):
     return tuple(args)
 
 
-def battery(declaration: str, *, even: tuple[str, ...] = (), at_least: dict | None = None, fixed: dict | None = None,
-            dtypes=(torch.float32, torch.float64), seeds: int = 2) -> list[Input]:
+def battery(
+    declaration: str,
+    *,
+    even: tuple[str, ...] = (),
+    at_least: dict | None = None,
+    fixed: dict | None = None,
+    dtypes=(torch.float32, torch.float64),
+    seeds: int = 2,
+) -> list[Input]:
     """The inputs for a declaration: every profile, dtype, value regime and seed."""
     symbols = [s for s in dict.fromkeys(re.findall(r"[a-zA-Z_]\w*", _dims_text(declaration)))]
     regimes = ["normal", "tiny"] + (["large"] if "large" in declaration else [])

@@ -88,8 +88,10 @@ def _int(node) -> int | None:
 
 
 def _const(value) -> ast.expr:
-    return ast.UnaryOp(ast.USub(), ast.Constant(-value)) if isinstance(value, (int, float)) and value < 0 else (
-        ast.Constant(value)
+    return (
+        ast.UnaryOp(ast.USub(), ast.Constant(-value))
+        if isinstance(value, (int, float)) and value < 0
+        else (ast.Constant(value))
     )
 
 
@@ -325,7 +327,9 @@ def _proposals(tree: ast.AST, kind: str):
 
 def _parameter_swaps(tree: ast.AST):
     """Two adjacent parameters of the answer swapped wherever the body reads them."""
-    func = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None) if isinstance(tree, ast.Module) else None
+    func = (
+        next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None) if isinstance(tree, ast.Module) else None
+    )
     if func is None:
         return
     names = [a.arg for a in func.args.args]

@@ -73,15 +73,19 @@ def outcome(answer: Callable, args: tuple, grad: bool) -> dict:
         result = answer(*given)
     except Exception as error:  # noqa: BLE001 - any error is behaviour
         return {"error": f"{type(error).__name__}"}
-    out: dict = {"result": _copy(result), "changed": [i for i, (a, b) in enumerate(zip(kept, given)) if not _same(a, b)]}
+    out: dict = {
+        "result": _copy(result),
+        "changed": [i for i, (a, b) in enumerate(zip(kept, given)) if not _same(a, b)],
+    }
     if grad:
-        out["grad"] = _gradients(answer, args)
+        out["grad"] = _gradients(answer, args, grad)
     return out
 
 
-def _gradients(answer: Callable, args: tuple):
+def _gradients(answer: Callable, args: tuple, which):
     leaves = _copy(args)
-    inputs = [t for t in _tensors(leaves) if t.is_floating_point()]
+    chosen = [a for i, a in enumerate(leaves) if which is True or i in which]
+    inputs = [t for t in _tensors(chosen) if t.is_floating_point()]
     for t in inputs:
         t.requires_grad_(True)
     try:
@@ -117,8 +121,10 @@ def _value_difference(got: Any, expected: Any) -> str | None:
         return f"values differ (largest difference {(g - e).abs().nan_to_num(math.inf).max().item():.3g})"
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected) or type(got) is not type(expected):
-            return f"returns {type(got).__name__} of {len(got) if hasattr(got, '__len__') else '?'}, not " \
-                   f"{type(expected).__name__} of {len(expected)}"
+            return (
+                f"returns {type(got).__name__} of {len(got) if hasattr(got, '__len__') else '?'}, not "
+                f"{type(expected).__name__} of {len(expected)}"
+            )
         for i, (a, b) in enumerate(zip(got, expected)):
             d = _value_difference(a, b)
             if d:

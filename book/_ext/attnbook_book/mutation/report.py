@@ -135,6 +135,8 @@ def markdown(data: dict) -> str:
         for s in row["survivors"]:
             lines.append(f"- `{row['exercise']}` {s['description']}: {s['difference'][:120]}")
         if row["solution_vs_checker_reference"]:
-            lines.append(f"- `{row['exercise']}` the solution differs from the checker's reference: "
-                         f"{row['solution_vs_checker_reference'][:160]}")
+            lines.append(
+                f"- `{row['exercise']}` the solution differs from the checker's reference: "
+                f"{row['solution_vs_checker_reference'][:160]}"
+            )
     return "\n".join(lines) + "\n"

@@ -98,7 +98,9 @@ def _mistakes(captured: dict, answer) -> list[tuple[Mutant, Any]]:
     for fn, kwargs in captured.get("function", []):
         if fn is answer:
             for i, m in enumerate(kwargs.get("mistakes", ())):
-                out.append((Mutant(f"mistake:{i}:{m.hint[:50]}", "mistake", f"usual mistake: {m.hint[:70]}", ""), m.wrong))
+                out.append(
+                    (Mutant(f"mistake:{i}:{m.hint[:50]}", "mistake", f"usual mistake: {m.hint[:70]}", ""), m.wrong)
+                )
     for _, kwargs in captured.get("number", []):
         for i, (hint, value) in enumerate(kwargs.get("mistakes", ())):
             out.append((Mutant(f"mistake:{i}:{hint[:50]}", "mistake", f"usual mistake: {hint[:70]}", ""), value))
@@ -121,8 +123,13 @@ def analyse(exercise: solutions.Exercise, limit_s: int = LIMIT_S, sample: int | 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     spec = SPECS.get(exercise.checker)
-    report: dict[str, Any] = {"exercise": exercise.key, "chapter": exercise.chapter, "checker": exercise.checker,
-                              "kind": exercise.kind, "mutants": []}
+    report: dict[str, Any] = {
+        "exercise": exercise.key,
+        "chapter": exercise.chapter,
+        "checker": exercise.checker,
+        "kind": exercise.kind,
+        "mutants": [],
+    }
     if spec is None:
         report["error"] = "no declaration of the answer's inputs in specs.py"
         return report

@@ -21,7 +21,7 @@ from .inputs import Input, battery
 @dataclass(frozen=True)
 class Spec:
     args: str = ""  # the declaration of a function's arguments, or of a class's forward input
-    grad: bool = False  # compare gradients too
+    grad: bool | tuple = False  # compare gradients too: with respect to every float argument, or these positions
     table: tuple = ()  # explicit argument tuples (scalar answers), instead of or besides a declaration
     custom: str = ""  # the name of a generator below
     init: tuple = ()  # a class: its constructor's arguments, one tuple per configuration
@@ -47,9 +47,11 @@ SPECS: dict[str, Spec] = {
     "check_gradient_norm": Spec(tol=0.01),
     "check_clip_grad_norm": Spec(custom="clip"),
     # 02
-    "check_lstm_step": Spec("x: f[n, d]; h: f[n, k]; c: f[n, k]; W_x: f[4*k, d]; W_h: f[4*k, k]; b: f[4*k]", grad=True),
+    "check_lstm_step": Spec(
+        "x: f[n, d]; h: f[n, k]; c: f[n, k]; W_x: f[4*k, d]; W_h: f[4*k, k]; b: f[4*k]", grad=(0, 1, 2)
+    ),
     "check_gru_step": Spec(
-        "x: f[n, d]; h: f[n, k]; W_x: f[3*k, d]; W_h: f[3*k, k]; b_x: f[3*k]; b_h: f[3*k]", grad=True
+        "x: f[n, d]; h: f[n, k]; W_x: f[3*k, d]; W_h: f[3*k, k]; b_x: f[3*k]; b_h: f[3*k]", grad=(0, 1)
     ),
     "check_forget_bias": Spec(tol=1e-3),
     "check_gru_parameters": Spec(),
@@ -81,7 +83,7 @@ SPECS: dict[str, Spec] = {
     "check_split_heads": Spec("x: f[n, t, h*k]; n_heads: int(h)"),
     "check_multi_head_attention": Spec(
         "x: f[n, t, h*k]; W_q: f[h*k, h*k]; W_k: f[h*k, h*k]; W_v: f[h*k, h*k]; W_o: f[h*k, h*k]; n_heads: int(h)",
-        grad=True,
+        grad=(0,),
     ),
     "check_parameter_count": Spec(),
     "check_weights_memory": Spec(),
@@ -132,7 +134,9 @@ SPECS: dict[str, Spec] = {
     "check_masked_mean": Spec("h: f[n, m, d]; keep: mask[n, m]", grad=True),
     "check_adjacency_mask": Spec(custom="edges"),
     "check_shortest_paths": Spec(custom="graphs"),
-    "check_spectrogram_shape": Spec(table=((2016, 64, 32), (16000, 400, 160), (1000, 256, 100), (17, 8, 3), (48, 16, 4))),
+    "check_spectrogram_shape": Spec(
+        table=((2016, 64, 32), (16000, 400, 160), (1000, 256, 100), (17, 8, 3), (48, 16, 4))
+    ),
     "check_clip_loss": Spec("image_embeddings: f[n, e]; text_embeddings: f[n, e]; scale: float(1.0, 10.0)", grad=True),
     "check_agent_mask": Spec(table=((2, 3), (3, 4), (1, 5), (4, 1), (1, 1))),
     # 16
@@ -167,7 +171,9 @@ def _shift_targets():
         g = _g(seed)
         lengths = torch.randint(0, T + 1, (B,), generator=g)
         lengths[0] = T
-        out.append(Input((torch.randint(4, 20, (B, T), generator=g), lengths), f"B={B}, T={T}"))
+        targets = torch.randint(4, 20, (B, T), generator=g)
+        targets[torch.arange(T) >= lengths[:, None]] = 0  # padded after each sentence
+        out.append(Input((targets, lengths), f"B={B}, T={T}"))
     return out
 
 
@@ -205,8 +211,9 @@ def _online_softmax():
 
 def _class_attention():
     out = []
-    for seed, (B, H, grid, dtype) in enumerate([(2, 3, (2, 3), torch.float64), (1, 2, (3, 3), torch.float32),
-                                                (2, 1, (4, 2), torch.float64)]):
+    for seed, (B, H, grid, dtype) in enumerate(
+        [(2, 3, (2, 3), torch.float64), (1, 2, (3, 3), torch.float32), (2, 1, (4, 2), torch.float64)]
+    ):
         T = 1 + grid[0] * grid[1]
         w = torch.softmax(torch.randn(B, H, T, T, generator=_g(seed), dtype=dtype) * 2, dim=-1)
         out.append(Input((w, grid), f"B={B}, H={H}, grid {grid}"))
@@ -245,8 +252,13 @@ def _bert():
         g = _g(seed)
         u = torch.rand(shape, generator=g)
         u.view(-1)[:3] = torch.tensor([0.8, 0.9, 0.0])  # the bands' edges
-        args = (torch.randint(3, 40, shape, generator=g), torch.rand(shape, generator=g) < 0.6, u,
-                torch.randint(3, 40, shape, generator=g), 1 + seed)
+        args = (
+            torch.randint(3, 40, shape, generator=g),
+            torch.rand(shape, generator=g) < 0.6,
+            u,
+            torch.randint(3, 40, shape, generator=g),
+            1 + seed,
+        )
         out.append(Input(args, f"shape {shape}"))
     return out
 
@@ -271,16 +283,22 @@ def _graphs():
     from attnbook import graphs
 
     out = []
-    for edges, n in [([(0, 1), (1, 2), (2, 3)], 5), ([(0, 1), (1, 2), (2, 0)], 3), ([], 2), ([(0, 1)], 1 + 1),
-                     ([(0, 2), (2, 4), (1, 3)], 6)]:
+    for edges, n in [
+        ([(0, 1), (1, 2), (2, 3)], 5),
+        ([(0, 1), (1, 2), (2, 0)], 3),
+        ([], 2),
+        ([(0, 1)], 1 + 1),
+        ([(0, 2), (2, 4), (1, 3)], 6),
+    ]:
         out.append(Input((graphs.adjacency_from_edges(edges, n),), f"edges {edges}, {n} nodes"))
     return out
 
 
 def _rollout():
     out = []
-    for seed, (B, H, T, L, dtype) in enumerate([(2, 2, 4, 2, torch.float64), (1, 3, 5, 3, torch.float32),
-                                               (2, 1, 3, 1, torch.float64)]):
+    for seed, (B, H, T, L, dtype) in enumerate(
+        [(2, 2, 4, 2, torch.float64), (1, 3, 5, 3, torch.float32), (2, 1, 3, 1, torch.float64)]
+    ):
         g = _g(seed)
         ws = [torch.softmax(torch.randn(B, H, T, T, generator=g, dtype=dtype) * 2, -1) for _ in range(L)]
         out.append(Input((ws,), f"B={B}, H={H}, T={T}, {L} layers"))
