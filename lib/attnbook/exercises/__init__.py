@@ -234,7 +234,8 @@ def check_function(
     ``error_hints`` maps a fragment of an exception message to a hint, for errors the usual mistakes cause.
     ``float32`` adds a float32 copy of every case with float64 tensors (compared at float32's precision);
     ``gradients`` compares the gradients of a fixed weighted sum of the result with respect to every float
-    tensor argument (True) or to the arguments at these positions (from 0); ``gradient_hint`` is the hint for a NaN gradient where the reference's is finite.
+    tensor argument (True) or to the arguments at these positions (from 0); ``gradient_hint`` is the hint
+    for a NaN gradient where the reference's is finite.
     """
     if not callable(fn):
         raise ExerciseFailed(exercise, f"expected a function, got {_describe(fn)}")
@@ -257,8 +258,8 @@ def check_function(
                 "that return a new tensor (masked_fill, not masked_fill_; x = x / t, not x /= t).",
             )
         expected = reference(*clone_args(kept))
-        if not any(t.is_floating_point() for t in _tensors(list(kept))):  # no float input: any float dtype will do
-            got = _like(got, expected)
+        if not isinstance(fn, torch.nn.Module) and not any(t.is_floating_point() for t in _tensors(list(kept))):
+            got = _like(got, expected)  # a function of sizes alone (an encoding, a mask): any float dtype will do
         diff = _difference(got, expected, atol_, rtol_)
         if diff is not None:
             for mistake in mistakes:

@@ -39,6 +39,10 @@ def check_masked_mean(fn) -> Result:
         keep = torch.arange(n) < torch.tensor(sizes)[:, None]  # (B, n)
         h = torch.randn(len(sizes), n, d, generator=g, dtype=torch.float64)
         cases.append((h, keep))
+    keep = torch.tensor([[True, False, True], [False, False, False]])  # the second set is empty
+    h = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    h[0, 1] = float("nan")  # whatever the padding holds
+    cases.append((h, keep))
 
     def weights(keep, h):
         return keep.unsqueeze(-1).to(h.dtype)  # (B, n, 1)
@@ -57,6 +61,12 @@ def check_masked_mean(fn) -> Result:
         Mistake(
             "that is the sum of the real elements; divide by how many there are to get their mean.",
             lambda h, keep: (h * weights(keep, h)).sum(1),
+        ),
+        Mistake(
+            "NaN comes out for a set whose padding holds a NaN (0 * NaN is NaN) or that has no real element "
+            "(0 / 0): zero the padding with masked_fill, and divide by the count clamped to at least 1, so that "
+            "an empty set gives zeros, as blocks.masked_mean does.",
+            lambda h, keep: (h * weights(keep, h)).sum(1) / weights(keep, h).sum(1),
         ),
     ]
     return check_function(

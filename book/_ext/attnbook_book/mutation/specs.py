@@ -131,7 +131,7 @@ SPECS: dict[str, Spec] = {
     "check_loss_scale": Spec(),
     "check_attention_entropy": Spec("weights: f[n, h, t, t] prob0", grad=True),
     # 15
-    "check_masked_mean": Spec("h: f[n, m, d]; keep: mask[n, m]", grad=True),
+    "check_masked_mean": Spec("h: f[n, m, d]; keep: mask0[n, m]", grad=True),
     "check_adjacency_mask": Spec(custom="edges"),
     "check_shortest_paths": Spec(custom="graphs"),
     "check_spectrogram_shape": Spec(
@@ -206,6 +206,9 @@ def _online_softmax():
         for scale in (1.0, 1000.0):
             x2 = torch.randn(*shape, 5, generator=g, dtype=dtype) * scale + 1.5
             out.append(Input((m, l_, x2), f"later block {shape} {dtype} scale {scale}"))
+        masked = torch.full((*shape, 3), float("-inf"), dtype=dtype)  # a block entirely masked
+        out.append(Input((m0, torch.zeros(shape, dtype=dtype), masked), f"masked first block {shape}"))
+        out.append(Input((m, l_, masked), f"masked later block {shape}"))
     return out
 
 
