@@ -140,6 +140,8 @@ def _expression_ops(node: ast.AST, number: bool) -> Iterator[tuple[str, ast.AST]
     elif isinstance(node, ast.Call):
         yield from _call_ops(node)
     elif isinstance(node, ast.Attribute):
+        if node.attr == "values" and isinstance(node.value, ast.Call) and _name(node.value.func) in ("max", "min"):
+            yield "batch", ast.Call(node.value.func, [], [])  # one maximum for the whole tensor, not per row
         if node.attr in ("T", "mT"):
             yield "transpose", node.value
         elif node.attr == "float64":

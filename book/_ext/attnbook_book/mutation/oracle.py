@@ -73,6 +73,8 @@ def outcome(answer: Callable, args: tuple, grad: bool) -> dict:
         result = answer(*given)
     except Exception as error:  # noqa: BLE001 - any error is behaviour
         return {"error": f"{type(error).__name__}"}
+    if not isinstance(answer, nn.Module) and not any(t.is_floating_point() for t in _tensors(args)):
+        result = _float64(result)  # a function of sizes alone: its float dtype is free
     out: dict = {
         "result": _copy(result),
         "changed": [i for i, (a, b) in enumerate(zip(kept, given)) if not _same(a, b)],
@@ -80,6 +82,14 @@ def outcome(answer: Callable, args: tuple, grad: bool) -> dict:
     if grad:
         out["grad"] = _gradients(answer, args, grad)
     return out
+
+
+def _float64(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.double() if x.is_floating_point() else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_float64(v) for v in x)
+    return x
 
 
 def _gradients(answer: Callable, args: tuple, which):

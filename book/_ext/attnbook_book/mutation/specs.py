@@ -72,7 +72,7 @@ SPECS: dict[str, Spec] = {
         "X: f[*b, n, d]; Z: f[*b, m, e]; W_q: f[d, k]; W_k: f[e, k]; W_v: f[e, u]", grad=True
     ),
     "check_sinusoidal_2d": Spec("height: int(h); width: int(w); d_model: int(4*q)"),
-    "check_shift": Spec("pe: f[*b, n, 2*h]; k: value(1, 3, -2)"),
+    "check_shift": Spec("pe: f[n, 2*h]; k: value(1, 3, -2)"),
     "check_pe_self_dot": Spec(),
     # 06
     "check_causal_mask": Spec(table=((1,), (2,), (5,), (8,))),
