@@ -39,6 +39,8 @@ def _online_cases():
             torch.tensor([[1000.0, 995.0]], dtype=torch.float64),
         )
     )  # large scores
+    m = torch.full((2, 3), float("-inf"), dtype=torch.float64)  # (...) of two dims: a batch of heads
+    cases.append((m, torch.zeros(2, 3, dtype=torch.float64), torch.randn(2, 3, 4, generator=g, dtype=torch.float64)))
     inf = float("-inf")
     cases.append(  # a block entirely masked: the first row has seen nothing else, the second has
         (

@@ -403,6 +403,7 @@ def check_next_token_probs(fn) -> Result:
         (torch.randn(3, 10, generator=g) * 2, 0.5, None),
         (torch.randn(2, 10, generator=g), 1.0, 3),
         (torch.randn(4, 6, generator=g), 2.0, 2),
+        (torch.randn(2, 5, generator=g, dtype=torch.float64), 0.7, 2),  # float64 logits stay float64
     ]
     mistakes = [
         Mistake(

@@ -132,7 +132,8 @@ def _rollout(weights, *, residual=True, order="left", reduce="mean", alpha=0.5):
 
 def _rollout_cases():
     g = torch.Generator().manual_seed(3)
-    return [([_causal_weights(B, H, T, g) for _ in range(L)],) for B, H, T, L in [(2, 2, 5, 2), (1, 3, 6, 3)]]
+    sizes = [(2, 2, 5, 2), (1, 3, 6, 3), (2, 1, 4, 1)]  # the last: a model of one layer
+    return [([_causal_weights(B, H, T, g) for _ in range(L)],) for B, H, T, L in sizes]
 
 
 def check_rollout(fn) -> Result:

@@ -18,19 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from attnbook.exercises import gradient_weights
 from torch import nn
 
-__all__ = ["outcome", "difference", "module_difference", "number_difference", "probe"]
+__all__ = ["outcome", "difference", "module_difference", "number_difference"]
 
 # (rtol, atol relative to the largest of the solution's values), by dtype: float32 sums round at about 1e-7
 TOLERANCE = {torch.float32: (2e-3, 2e-4), torch.float64: (1e-5, 1e-6)}
 RTOL = 1e-5  # numbers
-
-
-def probe(t: torch.Tensor) -> torch.Tensor:
-    """The fixed weights of the weighted sum whose gradient is compared: the same for a given shape."""
-    g = torch.Generator().manual_seed(hash(tuple(t.shape)) % 2**31)
-    return torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype)
 
 
 def _copy(x: Any) -> Any:
@@ -103,7 +98,7 @@ def _gradients(answer: Callable, args: tuple, which):
         outputs = [t for t in _tensors(result) if t.is_floating_point() and t.requires_grad]
         if not outputs:
             return "no gradient"
-        total = sum((o * probe(o)).sum() for o in outputs)
+        total = sum((o * gradient_weights(o)).sum() for o in outputs)  # the checkers' weighted sum
         grads = torch.autograd.grad(total, inputs, allow_unused=True)
     except Exception as error:  # noqa: BLE001 - an error in backward (an in-place edit) is behaviour
         return f"error {type(error).__name__}"
