@@ -103,7 +103,7 @@ def _method(receiver: ast.expr, name: str, args=(), keywords=()) -> ast.Call:
     return ast.Call(ast.Attribute(receiver, name, ast.Load()), list(args), list(keywords))
 
 
-def _expression_ops(node: ast.AST, number: bool) -> Iterator[tuple[str, ast.AST]]:
+def _expression_ops(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     """(operator, replacement) pairs for one expression node."""
     if isinstance(node, ast.BinOp):
         for op in _ARITH.get(type(node.op), []):
@@ -116,7 +116,7 @@ def _expression_ops(node: ast.AST, number: bool) -> Iterator[tuple[str, ast.AST]
             yield "logic", ast.BinOp(node.left, _BITS[type(node.op)](), node.right)
             yield "term", node.left
             yield "term", node.right
-        if number and isinstance(node.op, (ast.Add, ast.Sub)):
+        if isinstance(node.op, (ast.Add, ast.Sub)):  # a term doubled
             for side in ("left", "right"):
                 doubled = copy.copy(node)
                 setattr(doubled, side, ast.BinOp(ast.Constant(2), ast.Mult(), getattr(node, side)))
@@ -256,7 +256,7 @@ def _subscript_ops(node: ast.Subscript) -> Iterator[tuple[str, ast.AST]]:
             yield "batch", ast.Subscript(node.value, _const(other), ast.Load())
 
 
-def _statement_ops(stmt: ast.stmt, params: set[str]) -> Iterator[tuple[str, ast.AST | None]]:
+def _statement_ops(stmt: ast.stmt) -> Iterator[tuple[str, ast.AST | None]]:
     """Replacements of a whole statement (None deletes it)."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         target, value = stmt.targets[0].id, stmt.value
@@ -309,8 +309,6 @@ def _skipped(parent: ast.AST, name: str, child: ast.AST) -> bool:
 
 
 def _proposals(tree: ast.AST, kind: str):
-    params = {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) for a in n.args.args}
-    number = True  # a term doubled: counts and formulas, and tensor code alike
     skipped: set[int] = set()
     for k, (parent, name, index, child) in enumerate(_slots(tree)):
         if id(parent) in skipped or _skipped(parent, name, child):
@@ -318,10 +316,10 @@ def _proposals(tree: ast.AST, kind: str):
             continue
         if isinstance(child, ast.stmt):
             if index is not None and not isinstance(child, (ast.FunctionDef, ast.ClassDef, ast.Import)):
-                for op, new in _statement_ops(child, params):
+                for op, new in _statement_ops(child):
                     yield k, op, new
         elif isinstance(child, ast.expr):
-            for op, new in _expression_ops(child, number):
+            for op, new in _expression_ops(child):
                 yield k, op, new
     if kind == "function":
         yield from _parameter_swaps(tree)
@@ -344,12 +342,9 @@ def _apply(source: str, slot: int, new) -> str:
     if slot == -1:  # a parameter swap
         a, b = new
         func = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
-        for node in ast.walk(func):
+        for node in ast.walk(func):  # the body's names; the signature (ast.arg nodes) keeps its order
             if isinstance(node, ast.Name) and node.id in (a, b):
                 node.id = b if node.id == a else a
-        func.args = ast.parse(ast.unparse(func)).body[0].args  # the signature keeps its order
-        for arg, original in zip(func.args.args, [x.arg for x in ast.parse(source).body[0].args.args]):
-            arg.arg = original
         return ast.unparse(tree)
     parent, name, index, _ = _slots(tree)[slot]
     if index is None:
