@@ -1,9 +1,15 @@
-"""Sphinx extension: the HTML book works with no network.
+"""Sphinx extension: the HTML book works with no network, and its pages open fast on a phone.
 
-- copies MathJax 3, require.js, the Jupyter widget manager (from the npm packages that ``make setup``
-  installs into node_modules/) and plotly.js (from the installed plotly package) into ``_static/vendor/``;
-- points MathJax and the widget manager at those copies (see _config.yml) and adds a small script that
-  lets the widget manager find its fonts locally and call MathJax 3 through the MathJax 2 API it expects;
+- copies MathJax's fonts, require.js, the Jupyter widget manager (from the npm packages that ``make setup``
+  installs into node_modules/) and plotly.js (npm's partial bundle of the trace types the book draws) into
+  ``_static/vendor/``;
+- typesets the math when the book is built (``mathjax``): the pages carry MathJax's HTML and its
+  stylesheet, and load no MathJax;
+- the text first: nothing but the theme's stylesheets blocks the first paint. Plotly figures and widgets are
+  drawn when they come near the screen, on the pages that have them (``static/plotly-book.js``,
+  ``static/widgets.js``); the theme's Font Awesome script (1.5 MB, which turns icons into SVG) gives way to
+  its web font, loaded by the book's stylesheet (``ICONS_CSS``); the theme's search scripts and index load
+  after the page (``templates/layout.html``);
 - copies onnxruntime-web (npm) and the models the chapters exported into the site, for the model in the
   page (see ``inpage``);
 - removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice);
@@ -30,7 +36,7 @@ from sphinx.errors import ConfigError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from . import chapter_map, inpage
+from . import chapter_map, icons, inpage, mathjax, plotly_renderer
 from .figures import DiagramFigures
 
 logger = logging.getLogger(__name__)
@@ -40,83 +46,15 @@ REPO = Path(__file__).resolve().parents[3]
 
 # (source relative to node_modules, destination relative to _static/vendor)
 NPM_ASSETS = [
-    ("mathjax/es5/tex-chtml.js", "mathjax/tex-chtml.js"),
-    ("mathjax/es5/output/chtml/fonts", "mathjax/output/chtml/fonts"),
-    ("mathjax/es5/input/tex/extensions", "mathjax/input/tex/extensions"),
-    ("mathjax/es5/ui", "mathjax/ui"),
-    ("mathjax/es5/a11y", "mathjax/a11y"),
-    ("mathjax/es5/adaptors", "mathjax/adaptors"),
-    ("mathjax/es5/sre", "mathjax/sre"),
     ("requirejs/require.js", "require/require.js"),
     ("@jupyter-widgets/html-manager/dist", "html-manager"),
+    (plotly_renderer.PLOTLY_BUNDLE, "plotly/plotly-cartesian.min.js"),
     # onnxruntime-web, WebAssembly only, for the model in the page (inpage.py); loaded only when used
     ("onnxruntime-web/dist/ort.wasm.min.js", "onnxruntime/ort.wasm.min.js"),
     ("onnxruntime-web/dist/ort-wasm-simd-threaded.mjs", "onnxruntime/ort-wasm-simd-threaded.mjs"),
     ("onnxruntime-web/dist/ort-wasm-simd-threaded.wasm", "onnxruntime/ort-wasm-simd-threaded.wasm"),
 ]
-
-WIDGETS_SHIM = """\
-// Local paths for the Jupyter widget manager, and the MathJax 2 call it makes, served by MathJax 3.
-(function () {
-  var root = document.documentElement.dataset.content_root || "./";
-  if (window.require && window.require.config) {
-    var local = root + "_static/vendor/html-manager";
-    window.require.config({paths: {"@jupyter-widgets/html-manager/dist": local, "@jupyter-widgets": local}});
-  }
-  var hub = {Queue: function () {
-    for (var i = 0; i < arguments.length; i++) {
-      var job = arguments[i], el = Array.isArray(job) ? job[2] : undefined;
-      if (window.MathJax && window.MathJax.typesetPromise) {
-        window.MathJax.startup.promise.then(function () {
-          return window.MathJax.typesetPromise(el ? [el] : undefined);
-        });
-      }
-    }
-  }};
-  function install() { if (window.MathJax && !window.MathJax.Hub) { window.MathJax.Hub = hub; } }
-  install();
-  document.addEventListener("DOMContentLoaded", install);
-
-  // Accessible names: a slider's handle (role="slider") is named by the widget's visible label, or by its
-  // tooltip when it has no label; a box that scrolls sideways can be reached with the keyboard.
-  function name(root) {
-    root.querySelectorAll(".noUi-handle[role=slider]:not([aria-labelledby]):not([aria-label])").forEach(function (h) {
-      var widget = h.closest(".widget-slider, .jupyter-widgets");
-      var label = widget && widget.querySelector(".widget-label");
-      if (label && label.textContent.trim()) {
-        label.id = label.id || "attnbook-widget-label-" + (++name.count);
-        h.setAttribute("aria-labelledby", label.id);
-      } else {
-        h.setAttribute("aria-label", (widget && widget.getAttribute("title")) || "slider");
-      }
-    });
-    root.querySelectorAll(".jupyter-widgets.widget-container").forEach(function (box) {
-      if (box.scrollWidth > box.clientWidth + 1 && !box.hasAttribute("tabindex")) box.setAttribute("tabindex", "0");
-    });
-  }
-  name.count = 0;
-  // The arrow keys move a slider one step (Page Up and Page Down ten): the widget manager's slider moves
-  // with Home and End but not with the arrows.
-  document.addEventListener("keydown", function (e) {
-    var dir = {ArrowRight: 1, ArrowUp: 1, PageUp: 10, ArrowLeft: -1, ArrowDown: -1, PageDown: -10}[e.key];
-    var handle = e.target;
-    var target = handle && handle.closest && handle.classList.contains("noUi-handle") && handle.closest(".noUi-target");
-    if (!dir || !target || !target.noUiSlider) return;
-    var api = target.noUiSlider, o = api.options, step = +o.step || (o.range.max - o.range.min) / 100;
-    e.preventDefault();
-    e.stopImmediatePropagation();
-    var before = +api.get(), tries = [1, 2, 5, 10, 20, 50]; // where the widget rounds to a coarser step
-    for (var i = 0; i < tries.length && Math.abs(+api.get() - before) < 1e-12; i++) {
-      api.set(before + dir * step * tries[i]);
-    }
-  }, true);
-  var pending = null; // widgets render after the page loads: name them once the page stops changing
-  new MutationObserver(function () {
-    clearTimeout(pending);
-    pending = setTimeout(function () { name(document); }, 50);
-  }).observe(document.documentElement, {childList: true, subtree: true});
-})();
-"""
+WIDGETS_JS = "attnbook/widgets.js"  # relative to _static: on pages with widgets (nb_ipywidgets_js, _config.yml)
 
 
 def _node_modules(app) -> Path:
@@ -124,7 +62,8 @@ def _node_modules(app) -> Path:
 
 
 def check_assets(app) -> None:
-    missing = [src for src, _ in NPM_ASSETS if not (_node_modules(app) / src).exists()]
+    needed = [src for src, _ in NPM_ASSETS] + ["mathjax-full/js/mathjax.js"]
+    missing = [src for src in needed if not (_node_modules(app) / src).exists()]
     if missing:
         raise ConfigError(
             f"the book's JavaScript assets are missing from {_node_modules(app)}: {', '.join(missing)}. "
@@ -135,8 +74,6 @@ def check_assets(app) -> None:
 def copy_assets(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
-    import plotly
-
     vendor = Path(app.outdir) / "_static" / "vendor"
     for src, dst in NPM_ASSETS:
         source, target = _node_modules(app) / src, vendor / dst
@@ -145,11 +82,15 @@ def copy_assets(app, exception) -> None:
             shutil.copytree(source, target, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target)
-    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    (vendor / "plotly").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(plotly_js, vendor / "plotly" / "plotly.min.js")
-    (vendor / "widgets-shim.js").write_text(WIDGETS_SHIM)
+    plotly_renderer.write_figures(app.env, Path(app.outdir))
     inpage.copy_models(Path(app.srcdir), Path(app.outdir))
+
+
+def typeset_math(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    counts = mathjax.typeset_site(Path(app.outdir), _node_modules(app))
+    logger.info(f"typeset {sum(counts.values())} formulas on {len(counts)} pages (MathJax, Node)")
 
 
 THEME_CSS = "attnbook/theme.css"  # relative to _static: on every page
@@ -253,12 +194,14 @@ def write_theme_assets(app, exception) -> None:
 
     folder = Path(app.outdir) / "_static" / "attnbook"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "theme.css").write_text(theme_css())
+    pages = (p.read_text() for p in Path(app.outdir).rglob("*.html"))
+    (folder / "theme.css").write_text(theme_css() + icons.stylesheet(Path(app.outdir) / "_static", pages))
     (folder / "scroll.js").write_text(SCROLL)
     settings = json.dumps({"dark": style.PLOTLY_DARK, "phone": style.PLOTLY_PHONE})
     (folder / "plotly-book.js").write_text(
         f"window.attnbookStyle = {settings}; // attnbook.style\n" + (STATIC / "plotly-book.js").read_text()
     )
+    shutil.copy2(STATIC / "widgets.js", folder / "widgets.js")
 
 
 def add_templates(app, config) -> None:
@@ -347,6 +290,26 @@ def _apply_numbers(env, docname: str) -> None:
     if docname in env.titles:
         number = numbers.get("")
         env.titles[docname]["secnumber"] = list(number) if number else None
+
+
+# The one script in the <head> that must run before the text: the inline scripts after it set its options.
+BLOCKING_SCRIPTS = ("documentation_options.js",)
+
+
+def defer_scripts(app, pagename, templatename, context, doctree) -> None:
+    """The theme's and extensions' scripts run after the page is parsed (deferred, in the same order) instead of
+    in front of the text: each one waits for the page anyway (copy buttons, toggles, tabs, the theme's
+    buttons)."""
+    from sphinx.builders.html._assets import _JavaScript
+
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    for i, script in enumerate(scripts):
+        name, attributes = str(script.filename or ""), script.attributes
+        if not name or name.endswith(BLOCKING_SCRIPTS) or {"async", "defer", "type", "body"} & set(attributes):
+            continue
+        scripts[i] = _JavaScript(script.filename, priority=script.priority, **attributes, defer="defer")
 
 
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -499,6 +462,9 @@ def setup(app):
     app.connect("env-get-updated", number_section_pages, priority=900)  # after Sphinx numbers the sections
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
+    app.connect("build-finished", typeset_math)
+    app.connect("html-page-context", mathjax.drop_mathjax_scripts, priority=900)
+    app.connect("html-page-context", defer_scripts, priority=950)
     app.add_css_file(THEME_CSS)
     app.add_js_file(SCROLL_JS)
     app.add_transform(DiagramFigures)
