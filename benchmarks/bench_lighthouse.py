@@ -63,9 +63,7 @@ def measure(sites: dict[str, Path], pages: list[str], runs: dict[str, int], log)
                         )
             for name in sites:
                 got = found[name][page]["runs"]
-                found[name][page]["median"] = (
-                    {k: statistics.median(r[k] for r in got) for k in KEYS} if got else None
-                )
+                found[name][page]["median"] = {k: statistics.median(r[k] for r in got) for k in KEYS} if got else None
     return found
 
 
@@ -121,9 +119,17 @@ def main(argv=None) -> int:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
         json.dumps(
-            {"date": start, "cpu": cpu_name(), "load_average": {"start": load_start, "end": load_end},
-             "lighthouse": lighthouse._version("lighthouse"), "limits": lighthouse.LIMITS, "plain_page": plain,
-             "sites": {k: str(v) for k, v in sites.items()}, "note": args.note, "pages": found},
+            {
+                "date": start,
+                "cpu": cpu_name(),
+                "load_average": {"start": load_start, "end": load_end},
+                "lighthouse": lighthouse._version("lighthouse"),
+                "limits": lighthouse.LIMITS,
+                "plain_page": plain,
+                "sites": {k: str(v) for k, v in sites.items()},
+                "note": args.note,
+                "pages": found,
+            },
             indent=1,
         )
     )
@@ -142,8 +148,7 @@ def main(argv=None) -> int:
             "layout shift (CLS), the bytes transferred while the page loads (compressed) and the same resources "
             f"uncompressed; medians of {runs['after']} run(s) after and {runs['before']} before, the two sites' "
             "runs interleaved. Limits of the site tests: performance at least 90, FCP at most "
-            "1.8 s, LCP at most 2.5 s, TBT at most 200 ms, CLS at most 0.1."
-            + (f" {args.note}" if args.note else ""),
+            "1.8 s, LCP at most 2.5 s, TBT at most 200 ms, CLS at most 0.1." + (f" {args.note}" if args.note else ""),
             "",
             f"Run on {start}: {cpu_name()}, load average (1, 5, 15 min) {load_start} at the start and {load_end} "
             f"at the end (1-minute load during the runs: median {statistics.median(loads):.1f}, from "

@@ -1,19 +1,18 @@
 """The built HTML book, opened in headless Chromium (Debian's package, driven by Playwright).
 
-Every page is opened twice. At a laptop's width in light mode: no console errors, no request leaves the
-local server, math is typeset (when the book was built) and drawn, every image has alt text, every display equation, table and code cell
-(folded or not, in either colour mode) fits the text column, every plotly figure renders in its own
-(desktop) layout with a text alternative written from its data, and moving a slider changes the figure
-and its description; widgets render; every diagram is
-drawn, numbered, captioned and labelled for screen readers. At a phone's width in dark mode: diagrams and
-plots take the dark colours, widgets keep legible text on the theme's light card, every plotly figure keeps
-about two thirds of its width for the plot with no text running into other text or out of the figure. In
-both, axe-core finds no critical or serious WCAG 2.0/2.1 A or AA violation (``attnbook_book.a11y``; no rule
-is disabled). Every Colab link points at a notebook that exists in the repository. No chapter page shows a
-code cell that only glues numbers into the prose.
+Every page is opened twice. At a laptop's width in light mode: no console errors, no request leaves the local
+server, math is typeset (when the book was built) and drawn, every image has alt text, every display equation,
+table and code cell (folded or not, in either colour mode) fits the text column, every plotly figure renders
+in its own (desktop) layout with a text alternative written from its data, and moving a slider changes the
+figure and its description; widgets render; every diagram is drawn, numbered, captioned and labelled for
+screen readers. At a phone's width in dark mode: diagrams and plots take the dark colours, widgets keep
+legible text on the theme's light card, every plotly figure keeps about two thirds of its width for the plot
+with no text running into other text or out of the figure. In both, axe-core finds no critical or serious WCAG
+2.0/2.1 A or AA violation (``attnbook_book.a11y``; no rule is disabled). Every Colab link points at a notebook
+that exists in the repository. No chapter page shows a code cell that only glues numbers into the prose.
 
-The keyboard, the screen-reader texts and the phone layout's undo are tested in test_site_keyboard.py;
-the models in the page in test_site_inpage.py.
+The keyboard, the screen-reader texts and the phone layout's undo are tested in test_site_keyboard.py; the
+models in the page in test_site_inpage.py.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ def audit(page, axe_js: Path = AXE_JS) -> list[dict]:
         raise FileNotFoundError(f"axe-core is missing ({axe_js}): run `make setup` (npm ci)")
     if not page.evaluate("() => !!window.axe"):
         page.add_script_tag(path=str(axe_js))
+    # the whole page laid out, as a reader who scrolls through it sees it (a page lays out its sections when
+    # they come near the screen: sphinx.RENDER_CSS)
+    page.evaluate("() => document.documentElement.classList.add('attnbook-render-all')")
     options = {
         "runOnly": {"type": "tag", "values": WCAG_TAGS},
         "resultTypes": ["violations"],

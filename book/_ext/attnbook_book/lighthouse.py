@@ -74,8 +74,17 @@ def serve_compressed(folder: Path) -> Iterator[str]:
         config.write_text(json.dumps({"cleanUrls": False, "directoryListing": False}))
         env = {**os.environ, "NO_UPDATE_CHECK": "1", "NODE_ENV": "production"}
         process = subprocess.Popen(
-            [str(binary), "-L", "-n", "--no-port-switching", "-c", str(config), "-l", f"tcp://127.0.0.1:{port}",
-             str(Path(folder).resolve())],
+            [
+                str(binary),
+                "-L",
+                "-n",
+                "--no-port-switching",
+                "-c",
+                str(config),
+                "-l",
+                f"tcp://127.0.0.1:{port}",
+                str(Path(folder).resolve()),
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -110,8 +119,15 @@ def run(url: str, *, timeout: float = 240) -> dict:
         env = {**os.environ, "CHROME_PATH": CHROMIUM}
         start = time.perf_counter()
         done = subprocess.run(
-            [str(binary), url, "--quiet", "--output=json", f"--output-path={out}",
-             "--only-categories=performance", f"--chrome-flags={' '.join(flags)}"],
+            [
+                str(binary),
+                url,
+                "--quiet",
+                "--output=json",
+                f"--output-path={out}",
+                "--only-categories=performance",
+                f"--chrome-flags={' '.join(flags)}",
+            ],
             env=env,
             capture_output=True,
             text=True,
@@ -121,8 +137,10 @@ def run(url: str, *, timeout: float = 240) -> dict:
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"lighthouse failed on {url}: {done.stderr[-3000:]}")
         report = json.loads(out.read_text())
-    return summarise(report) | {"seconds": round(seconds, 1), "load": [round(load_before, 2),
-                                                                      round(os.getloadavg()[0], 2)]}
+    return summarise(report) | {
+        "seconds": round(seconds, 1),
+        "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def summarise(report: dict) -> dict:

@@ -39,8 +39,10 @@ ARTICLE = re.compile(r'<article class="bd-article"[^>]*>')
 
 
 def _formulas(inner: str) -> list[tuple[re.Match, str, bool]]:
-    return [(m, html.unescape(m["inline"] if m["inline"] is not None else m["display"]), m["display"] is not None)
-            for m in TEX.finditer(inner)]
+    return [
+        (m, html.unescape(m["inline"] if m["inline"] is not None else m["display"]), m["display"] is not None)
+        for m in TEX.finditer(inner)
+    ]
 
 
 def typeset(pages: list[list[tuple[str, bool]]], node_modules: Path) -> list[dict]:
@@ -68,7 +70,7 @@ def typeset_site(outdir: Path, node_modules: Path) -> dict[str, int]:
         if result["errors"]:
             raise ExtensionError(f"{page}: MathJax could not typeset: {result['errors']}")
         if not ARTICLE.search(text):
-            raise ExtensionError(f"{page}: no <article class=\"bd-article\"> for the math's glyphs")
+            raise ExtensionError(f'{page}: no <article class="bd-article"> for the math\'s glyphs')
         rendered = iter(result["html"])
 
         def replace(m: re.Match, rendered=rendered) -> str:

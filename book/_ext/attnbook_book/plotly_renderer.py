@@ -26,8 +26,18 @@ PLOTLY_BUNDLE = "plotly.js-cartesian-dist-min/plotly-cartesian.min.js"
 PLOTLY_JS = "vendor/plotly/plotly-cartesian.min.js"
 # Every trace type that bundle draws; a figure of another type fails the build (a larger bundle is needed).
 TRACE_TYPES = {
-    "bar", "box", "contour", "heatmap", "histogram", "histogram2d", "histogram2dcontour", "image", "pie",
-    "scatter", "scatterternary", "violin",
+    "bar",
+    "box",
+    "contour",
+    "heatmap",
+    "histogram",
+    "histogram2d",
+    "histogram2dcontour",
+    "image",
+    "pie",
+    "scatter",
+    "scatterternary",
+    "violin",
 }
 PLOTLY_BOOK_JS = "attnbook/plotly-book.js"  # loading, modes, phone layout, keyboard, text (sphinx.write_theme_assets)
 FIGURES = "figures"  # the figures' scripts, in the site's _static folder

@@ -127,12 +127,26 @@ def theme_css() -> str:
                 f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}",
                 f"{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
                 *A11Y_CSS,
+                *RENDER_CSS,
             ]
         )
         + "\n"
     )
 
 
+# The browser lays out and draws each block of the text (a paragraph, a formula, a code cell, a figure) and the
+# sidebars' navigation only when they come near the screen (CSS content-visibility): a long chapter opens
+# without first laying out all its formulas, code and outputs. Each keeps the size it last had once drawn;
+# headings are always laid out (the page's contents follow them). On screens only: print lays out
+# everything. A page whose <html> has the class "attnbook-render-all" lays out everything at once (the
+# accessibility audit).
+RENDER_CSS = [
+    "/* Blocks of the text and the sidebars laid out when they come near the screen (screens only). */",
+    "@media screen{html:not(.attnbook-render-all) .bd-article section>:not(section):not(h1):not(h2):not(h3)"
+    "{content-visibility:auto;contain-intrinsic-size:auto 300px}"
+    "html:not(.attnbook-render-all) .bd-sidebar-primary .sidebar-primary-items__middle,"
+    "html:not(.attnbook-render-all) .bd-sidebar-secondary{content-visibility:auto;contain-intrinsic-size:auto 1000px}}",
+]
 FOCUS = "var(--pst-color-accent, #c2185b)"  # the theme's focus colour
 A11Y_CSS = [
     "/* Text for screen readers only (the description of each plotly figure, announcements). */",
@@ -194,8 +208,10 @@ def write_theme_assets(app, exception) -> None:
 
     folder = Path(app.outdir) / "_static" / "attnbook"
     folder.mkdir(parents=True, exist_ok=True)
-    pages = (p.read_text() for p in Path(app.outdir).rglob("*.html"))
-    (folder / "theme.css").write_text(theme_css() + icons.stylesheet(Path(app.outdir) / "_static", pages))
+    pages = [p.read_text() for p in Path(app.outdir).rglob("*.html")]
+    static = Path(app.outdir) / "_static"
+    (folder / "theme.css").write_text(theme_css() + icons.stylesheet(static, pages))
+    icons.prune_theme_css(static / icons.THEME_CSS, pages)
     (folder / "scroll.js").write_text(SCROLL)
     settings = json.dumps({"dark": style.PLOTLY_DARK, "phone": style.PLOTLY_PHONE})
     (folder / "plotly-book.js").write_text(
@@ -310,6 +326,38 @@ def defer_scripts(app, pagename, templatename, context, doctree) -> None:
         if not name or name.endswith(BLOCKING_SCRIPTS) or {"async", "defer", "type", "body"} & set(attributes):
             continue
         scripts[i] = _JavaScript(script.filename, priority=script.priority, **attributes, defer="defer")
+
+
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_STATES = "widgets"  # the pages' saved widget states, in the site's _static folder
+
+
+def move_widget_state(app, pagename, templatename, context, doctree) -> None:
+    """The widgets' saved state (myst-nb writes it in the page's <head>: up to 60 kB, images included) goes to a
+    script of its own that ``static/widgets.js`` loads with the widget manager, when a widget comes near the
+    screen: the page's text arrives sooner."""
+    from sphinx.builders.html._assets import _JavaScript
+
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    states = [s for s in scripts if s.attributes.get("type") == WIDGET_STATE]
+    if not states:
+        return
+    name = pagename.replace("/", "-") + ".js"
+    folder = Path(app.outdir) / "_static" / WIDGET_STATES
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("".join(f"attnbookWidgets.state({s.attributes['body']});\n" for s in states))
+    root = "../" * pagename.count("/")
+    for i, script in enumerate(scripts):
+        if str(script.filename or "").endswith(WIDGETS_JS):
+            scripts[i] = _JavaScript(
+                script.filename,
+                priority=script.priority,
+                **script.attributes,
+                **{"data-state": f"{root}_static/{WIDGET_STATES}/{name}"},
+            )
+    scripts[:] = [s for s in scripts if s not in states]
 
 
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -465,6 +513,7 @@ def setup(app):
     app.connect("build-finished", typeset_math)
     app.connect("html-page-context", mathjax.drop_mathjax_scripts, priority=900)
     app.connect("html-page-context", defer_scripts, priority=950)
+    app.connect("html-page-context", move_widget_state, priority=960)
     app.add_css_file(THEME_CSS)
     app.add_js_file(SCROLL_JS)
     app.add_transform(DiagramFigures)

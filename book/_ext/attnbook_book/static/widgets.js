@@ -4,7 +4,8 @@
 //
 // - Loaded when needed: require.js and the widget manager (3.6 MB) load when a widget comes within a
 //   screen's height of the screen, so the text shows first; attnbookWidgets.load() loads them at once (the
-//   PDF edition, the tests) and resolves when every widget of the page is drawn.
+//   PDF edition, the tests) and resolves when every widget of the page is drawn. The widgets' saved state
+//   loads with them (data-state), not with the page.
 // - Local paths: the widget manager finds its modules and fonts in the site (require.js paths).
 // - For every reader: a slider's handle is named by the widget's label, a box that scrolls sideways can be
 //   reached with the keyboard, and the arrow keys move a slider one step (Page Up and Down ten).
@@ -13,6 +14,17 @@
   var root = document.documentElement.dataset.content_root || "./";
   var vendor = root + "_static/vendor/";
   var VIEWS = 'script[type="application/vnd.jupyter.widget-view+json"]';
+  var STATE = "application/vnd.jupyter.widget-state+json";
+  // The widgets' saved state is a script of its own (sphinx.move_widget_state), named by this script's
+  // data-state: it calls attnbookWidgets.state, which puts it in the page where the widget manager reads it.
+  var self = document.currentScript;
+  var stateSrc = self && self.dataset.state;
+  function state(saved) {
+    var s = document.createElement("script");
+    s.type = STATE;
+    s.textContent = JSON.stringify(saved);
+    document.head.appendChild(s);
+  }
 
   function loadScript(src, attributes) {
     return new Promise(function (resolve, reject) {
@@ -47,7 +59,9 @@
   var loading = null;
   function load() {
     if (!loading) {
-      loading = loadScript(vendor + "require/require.js").then(function () {
+      var withState = stateSrc && !document.querySelector('script[type="' + STATE + '"]') ? loadScript(stateSrc)
+                                                                                       : Promise.resolve();
+      loading = withState.then(function () { return loadScript(vendor + "require/require.js"); }).then(function () {
         var local = vendor + "html-manager";
         window.require.config({paths: {"@jupyter-widgets/html-manager/dist": local, "@jupyter-widgets": local}});
         return loadScript(vendor + "html-manager/embed-amd.js",
@@ -75,7 +89,7 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
   else watch();
   window.addEventListener("beforeprint", load);
-  window.attnbookWidgets = {load: load};
+  window.attnbookWidgets = {load: load, state: state};
 
   // Accessible names: a slider's handle (role="slider") is named by the widget's visible label, or by its
   // tooltip when it has no label; a box that scrolls sideways can be reached with the keyboard.
