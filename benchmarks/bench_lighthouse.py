@@ -43,14 +43,17 @@ def plain_page(html: Path, pages: list[str]) -> str | None:
     return min(plain)[1] if plain else None
 
 
-def measure(sites: dict[str, Path], pages: list[str], runs: dict[str, int], log) -> dict:
-    """``runs[site]`` runs of every page of every site, interleaved: {site: {page: {"runs", "median"}}}."""
-    found: dict[str, dict] = {name: {} for name in sites}
+def measure(sites: dict[str, Path], pages: list[str], runs: dict[str, int], log, found=None, save=None) -> dict:
+    """``runs[site]`` runs of every page of every site, interleaved: {site: {page: {"runs", "median"}}}. Pages
+    already in ``found`` are kept; ``save(found)`` is called after each page."""
+    found = found or {name: {} for name in sites}
     with lighthouse.serve_compressed(sites["after"]) as after, lighthouse.serve_compressed(sites["before"]) as before:
         bases = {"after": after, "before": before}
         for page in pages:
+            if all(page in found.get(name, {}) for name in sites):
+                continue
             for name in sites:
-                found[name][page] = {"runs": []}
+                found.setdefault(name, {})[page] = {"runs": []}
             for i in range(max(runs.values())):
                 for name in sites:
                     if i < runs[name] and (sites[name] / page).exists():
@@ -59,11 +62,13 @@ def measure(sites: dict[str, Path], pages: list[str], runs: dict[str, int], log)
                         log(
                             f"{name:6} {page}: {r['performance'] * 100:.0f}, FCP {r['first-contentful-paint']:.0f}, "
                             f"LCP {r['largest-contentful-paint']:.0f}, TBT {r['total-blocking-time']:.0f}, "
-                            f"CLS {r['cumulative-layout-shift']:.3f} (load {r['load'][0]})"
+                            f"CLS {r['cumulative-layout-shift']:.3f} ({r['seconds']:.0f} s, load {r['load'][0]})"
                         )
             for name in sites:
                 got = found[name][page]["runs"]
                 found[name][page]["median"] = {k: statistics.median(r[k] for r in got) for k in KEYS} if got else None
+            if save:
+                save(found)
     return found
 
 
@@ -106,6 +111,8 @@ def main(argv=None) -> int:
     parser.add_argument("--before-runs", type=int, help="runs on the site before (default: --runs)")
     parser.add_argument("--pages", nargs="*", help="pages (default: every page of the book)")
     parser.add_argument("--note", default="", help="a sentence on what 'before' and 'after' are")
+    parser.add_argument("--resume", action="store_true", help="keep the pages already in results/lighthouse.json")
+    parser.add_argument("--table-only", action="store_true", help="only write the README's table from the results")
     args = parser.parse_args(argv)
     pages = args.pages or toc_pages(args.after)
     plain = plain_page(args.after, pages)
@@ -113,26 +120,32 @@ def main(argv=None) -> int:
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     sites = {"before": args.before.resolve(), "after": args.after.resolve()}
     runs = {"before": args.runs if args.before_runs is None else args.before_runs, "after": args.runs}
-    found = measure(sites, pages, runs, log)
-    load_end = loadavg()
+    previous = json.loads(RESULTS.read_text()) if (args.resume or args.table_only) and RESULTS.exists() else {}
+    found = previous.get("pages")
+    if previous:
+        start, load_start, runs = previous["date"], previous["load_average"]["start"], previous["runs"]
+
+    def save(found):
+        RESULTS.parent.mkdir(exist_ok=True)
+        record = {
+            "date": start,
+            "cpu": cpu_name(),
+            "load_average": {"start": load_start, "end": loadavg()},
+            "lighthouse": lighthouse._version("lighthouse"),
+            "limits": lighthouse.LIMITS,
+            "plain_page": plain,
+            "sites": {k: str(v) for k, v in sites.items()},
+            "note": args.note,
+            "runs": runs,
+            "pages": found,
+        }
+        RESULTS.write_text(json.dumps(record, indent=1))
+
+    if not args.table_only:
+        found = measure(sites, pages, runs, log, found=found, save=save)
+    pages = [p for p in pages if p in found["after"] and p in found["before"]]
+    load_end = previous.get("load_average", {}).get("end") if args.table_only else loadavg()
     all_runs = [r for site in found.values() for p in site.values() for r in p["runs"]]
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "date": start,
-                "cpu": cpu_name(),
-                "load_average": {"start": load_start, "end": load_end},
-                "lighthouse": lighthouse._version("lighthouse"),
-                "limits": lighthouse.LIMITS,
-                "plain_page": plain,
-                "sites": {k: str(v) for k, v in sites.items()},
-                "note": args.note,
-                "pages": found,
-            },
-            indent=1,
-        )
-    )
     after = [found["after"][p]["median"] for p in pages if found["after"][p]["median"]]
     meeting = sum(not lighthouse.misses(m) for m in after)
     loads = [r["load"][0] for r in all_runs]

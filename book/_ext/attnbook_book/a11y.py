@@ -38,7 +38,10 @@ def audit(page, axe_js: Path = AXE_JS) -> list[dict]:
         page.add_script_tag(path=str(axe_js))
     # the whole page laid out, as a reader who scrolls through it sees it (a page lays out its sections when
     # they come near the screen: sphinx.RENDER_CSS)
-    page.evaluate("() => document.documentElement.classList.add('attnbook-render-all')")
+    page.evaluate(
+        "() => { document.documentElement.classList.add('attnbook-render-all');"
+        " if (window.attnbookScroll) attnbookScroll.markAll(); }"
+    )
     options = {
         "runOnly": {"type": "tag", "values": WCAG_TAGS},
         "resultTypes": ["violations"],

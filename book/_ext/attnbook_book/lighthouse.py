@@ -126,6 +126,7 @@ def run(url: str, *, timeout: float = 240) -> dict:
                 "--output=json",
                 f"--output-path={out}",
                 "--only-categories=performance",
+                "--disable-full-page-screenshot",
                 f"--chrome-flags={' '.join(flags)}",
             ],
             env=env,

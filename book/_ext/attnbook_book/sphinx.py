@@ -177,24 +177,38 @@ A11Y_CSS = [
 
 SCROLL_JS = "attnbook/scroll.js"  # relative to _static: on every page
 SCROLL = """\
-// A diagram wider than the screen scrolls sideways: then the keyboard can reach it (Tab, then the arrow keys)
-// and a screen reader hears what it is.
+// A diagram or a displayed formula wider than the screen scrolls sideways: then the keyboard can reach it (Tab,
+// then the arrow keys), and a screen reader hears what a diagram is. Each is measured when it comes near the
+// screen (measuring them all as the page opens would lay out the whole page at once), and again when the
+// window changes size; attnbookScroll.markAll() measures them all now (the accessibility audit).
 (function () {
-  function mark() {
-    document.querySelectorAll(".attnbook-diagram").forEach(function (el) {
-      if (el.scrollWidth > el.clientWidth + 1) {
-        el.setAttribute("tabindex", "0");
-        el.setAttribute("role", "region");
-        el.setAttribute("aria-label", "Diagram, wider than the screen: scroll sideways");
-      } else if (el.getAttribute("role") === "region") {
-        ["tabindex", "role", "aria-label"].forEach(function (a) { el.removeAttribute(a); });
-      }
-    });
+  var SELECTOR = '.attnbook-diagram, mjx-container[display="true"]';
+  var DIAGRAM = "Diagram, wider than the screen: scroll sideways";
+  function mark(el) {
+    var diagram = el.classList.contains("attnbook-diagram");
+    if (el.scrollWidth > el.clientWidth + 1) {
+      el.setAttribute("tabindex", "0");
+      if (diagram) { el.setAttribute("role", "region"); el.setAttribute("aria-label", DIAGRAM); }
+      el.dataset.attnbookScroll = "1";
+    } else if (el.dataset.attnbookScroll) {
+      ["tabindex", "role", "aria-label", "data-attnbook-scroll"].forEach(function (a) { el.removeAttribute(a); });
+    }
+  }
+  function all() { return document.querySelectorAll(SELECTOR); }
+  function markAll() { all().forEach(mark); }
+  var near = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (e) { if (e.isIntersecting) mark(e.target); });
+  }, {rootMargin: "100% 0px"}) : null;
+  function watch() {
+    if (!near) { markAll(); return; }
+    near.disconnect();
+    all().forEach(function (el) { near.observe(el); });
   }
   var timer = null;
-  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(mark, 100); });
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
-  else mark();
+  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(watch, 100); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
+  else watch();
+  window.attnbookScroll = {markAll: markAll};
 })();
 """
 
@@ -319,7 +333,7 @@ def defer_scripts(app, pagename, templatename, context, doctree) -> None:
     from sphinx.builders.html._assets import _JavaScript
 
     scripts = context.get("script_files")
-    if not scripts:
+    if not scripts or pagename == "search":  # the search page runs Sphinx's search in front of its results
         return
     for i, script in enumerate(scripts):
         name, attributes = str(script.filename or ""), script.attributes

@@ -563,10 +563,20 @@
     return loadScript(gd.dataset.src).then(function () { return got; });
   }
 
+  // The page lays out its blocks only when they come near the screen (content-visibility: auto, see the book's
+  // stylesheet); plotly measures its texts as it draws, so a figure's block is laid out from then on.
+  function reveal(el) {
+    for (var a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+      if (getComputedStyle(a).contentVisibility === "auto") a.style.contentVisibility = "visible";
+    }
+  }
+
   function draw(gd) { // the figure of an empty box, once
     if (!gd._attnbookDrawn) {
+      reveal(gd);
       gd._attnbookDrawn = Promise.all([loadPlotly(), figureData(gd)]).then(function (got) {
         var f = got[1];
+        reveal(gd);
         return newPlot(gd.id, f[0], f[1], f[2]);
       });
       gd._attnbookDrawn.catch(function (e) { console.error("attnbook: figure " + gd.id + ": " + e); });
@@ -597,6 +607,6 @@
     newPlot: function (id, data, layout, config) {
       return loadPlotly().then(function () { return newPlot(id, data, layout, config); });
     },
-    apply: apply, describe: describe, draw: draw, drawAll: drawAll, figure: figure,
+    apply: apply, describe: describe, draw: draw, drawAll: drawAll, figure: figure, reveal: reveal,
   };
 })();

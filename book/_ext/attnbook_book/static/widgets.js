@@ -56,9 +56,20 @@
     });
   }
 
+  // The page lays out its blocks only when they come near the screen (content-visibility: auto, see the book's
+  // stylesheet); the widgets measure themselves as they are drawn, so their blocks are laid out from then on.
+  function reveal() {
+    document.querySelectorAll(VIEWS).forEach(function (v) {
+      for (var a = v.parentElement; a && a !== document.body; a = a.parentElement) {
+        if (getComputedStyle(a).contentVisibility === "auto") a.style.contentVisibility = "visible";
+      }
+    });
+  }
+
   var loading = null;
   function load() {
     if (!loading) {
+      reveal();
       var withState = stateSrc && !document.querySelector('script[type="' + STATE + '"]') ? loadScript(stateSrc)
                                                                                        : Promise.resolve();
       loading = withState.then(function () { return loadScript(vendor + "require/require.js"); }).then(function () {
