@@ -1,15 +1,16 @@
 """Sphinx extension: the HTML book works with no network, and its pages open fast on a phone.
 
-- copies MathJax's fonts, require.js, the Jupyter widget manager (from the npm packages that ``make setup``
-  installs into node_modules/) and plotly.js (npm's partial bundle of the trace types the book draws) into
+- copies require.js, the Jupyter widget manager (from the npm packages that ``make setup`` installs into
+  node_modules/) and plotly.js (npm's partial bundle of the trace types the book draws) into
   ``_static/vendor/``;
-- typesets the math when the book is built (``mathjax``): the pages carry MathJax's HTML and its
+- typesets the math when the book is built (``mathjax``): the pages carry MathJax's SVG output and its
   stylesheet, and load no MathJax;
-- the text first: nothing but the theme's stylesheets blocks the first paint. Plotly figures and widgets are
-  drawn when they come near the screen, on the pages that have them (``static/plotly-book.js``,
-  ``static/widgets.js``); the theme's Font Awesome script (1.5 MB, which turns icons into SVG) gives way to
-  its web font, loaded by the book's stylesheet (``ICONS_CSS``); the theme's search scripts and index load
-  after the page (``templates/layout.html``);
+- the text first (``textfirst``): nothing but the theme's stylesheets and Sphinx's options stand before the
+  text; the theme's and extensions' scripts run after it; each block of the text is laid out when it comes
+  near the screen; plotly figures and widgets are drawn then too, on the pages that have them
+  (``static/plotly-book.js``, ``static/widgets.js``); the theme's Font Awesome script (1.5 MB, which turns icons
+  into SVG) gives way to the theme's stylesheet with the glyphs the site uses inline (``icons``); the theme's
+  search scripts and index stay on the search page (``templates/layout.html``);
 - copies onnxruntime-web (npm) and the models the chapters exported into the site, for the model in the
   page (see ``inpage``);
 - removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice);
@@ -36,7 +37,7 @@ from sphinx.errors import ConfigError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from . import chapter_map, icons, inpage, mathjax, plotly_renderer
+from . import chapter_map, icons, inpage, mathjax, plotly_renderer, textfirst
 from .figures import DiagramFigures
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,6 @@ NPM_ASSETS = [
     ("onnxruntime-web/dist/ort-wasm-simd-threaded.mjs", "onnxruntime/ort-wasm-simd-threaded.mjs"),
     ("onnxruntime-web/dist/ort-wasm-simd-threaded.wasm", "onnxruntime/ort-wasm-simd-threaded.wasm"),
 ]
-WIDGETS_JS = "attnbook/widgets.js"  # relative to _static: on pages with widgets (nb_ipywidgets_js, _config.yml)
 
 
 def _node_modules(app) -> Path:
@@ -127,26 +127,13 @@ def theme_css() -> str:
                 f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}",
                 f"{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
                 *A11Y_CSS,
-                *RENDER_CSS,
+                *textfirst.RENDER_CSS,
             ]
         )
         + "\n"
     )
 
 
-# The browser lays out and draws each block of the text (a paragraph, a formula, a code cell, a figure) and the
-# sidebars' navigation only when they come near the screen (CSS content-visibility): a long chapter opens
-# without first laying out all its formulas, code and outputs. Each keeps the size it last had once drawn;
-# headings are always laid out (the page's contents follow them). On screens only: print lays out
-# everything. A page whose <html> has the class "attnbook-render-all" lays out everything at once (the
-# accessibility audit).
-RENDER_CSS = [
-    "/* Blocks of the text and the sidebars laid out when they come near the screen (screens only). */",
-    "@media screen{html:not(.attnbook-render-all) .bd-article section>:not(section):not(h1):not(h2):not(h3)"
-    "{content-visibility:auto;contain-intrinsic-size:auto 300px}"
-    "html:not(.attnbook-render-all) .bd-sidebar-primary .sidebar-primary-items__middle,"
-    "html:not(.attnbook-render-all) .bd-sidebar-secondary{content-visibility:auto;contain-intrinsic-size:auto 1000px}}",
-]
 FOCUS = "var(--pst-color-accent, #c2185b)"  # the theme's focus colour
 A11Y_CSS = [
     "/* Text for screen readers only (the description of each plotly figure, announcements). */",
@@ -322,58 +309,6 @@ def _apply_numbers(env, docname: str) -> None:
         env.titles[docname]["secnumber"] = list(number) if number else None
 
 
-# The one script in the <head> that must run before the text: the inline scripts after it set its options.
-BLOCKING_SCRIPTS = ("documentation_options.js",)
-
-
-def defer_scripts(app, pagename, templatename, context, doctree) -> None:
-    """The theme's and extensions' scripts run after the page is parsed (deferred, in the same order) instead of
-    in front of the text: each one waits for the page anyway (copy buttons, toggles, tabs, the theme's
-    buttons)."""
-    from sphinx.builders.html._assets import _JavaScript
-
-    scripts = context.get("script_files")
-    if not scripts or pagename == "search":  # the search page runs Sphinx's search in front of its results
-        return
-    for i, script in enumerate(scripts):
-        name, attributes = str(script.filename or ""), script.attributes
-        if not name or name.endswith(BLOCKING_SCRIPTS) or {"async", "defer", "type", "body"} & set(attributes):
-            continue
-        scripts[i] = _JavaScript(script.filename, priority=script.priority, **attributes, defer="defer")
-
-
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-WIDGET_STATES = "widgets"  # the pages' saved widget states, in the site's _static folder
-
-
-def move_widget_state(app, pagename, templatename, context, doctree) -> None:
-    """The widgets' saved state (myst-nb writes it in the page's <head>: up to 60 kB, images included) goes to a
-    script of its own that ``static/widgets.js`` loads with the widget manager, when a widget comes near the
-    screen: the page's text arrives sooner."""
-    from sphinx.builders.html._assets import _JavaScript
-
-    scripts = context.get("script_files")
-    if not scripts:
-        return
-    states = [s for s in scripts if s.attributes.get("type") == WIDGET_STATE]
-    if not states:
-        return
-    name = pagename.replace("/", "-") + ".js"
-    folder = Path(app.outdir) / "_static" / WIDGET_STATES
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text("".join(f"attnbookWidgets.state({s.attributes['body']});\n" for s in states))
-    root = "../" * pagename.count("/")
-    for i, script in enumerate(scripts):
-        if str(script.filename or "").endswith(WIDGETS_JS):
-            scripts[i] = _JavaScript(
-                script.filename,
-                priority=script.priority,
-                **script.attributes,
-                **{"data-state": f"{root}_static/{WIDGET_STATES}/{name}"},
-            )
-    scripts[:] = [s for s in scripts if s not in states]
-
-
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -526,8 +461,8 @@ def setup(app):
     app.connect("build-finished", write_theme_assets)
     app.connect("build-finished", typeset_math)
     app.connect("html-page-context", mathjax.drop_mathjax_scripts, priority=900)
-    app.connect("html-page-context", defer_scripts, priority=950)
-    app.connect("html-page-context", move_widget_state, priority=960)
+    app.connect("html-page-context", textfirst.defer_scripts, priority=950)
+    app.connect("html-page-context", textfirst.move_widget_state, priority=960)
     app.add_css_file(THEME_CSS)
     app.add_js_file(SCROLL_JS)
     app.add_transform(DiagramFigures)
