@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from attnbook_book import lighthouse  # noqa: E402
 from attnbook_book.chromium import toc_pages  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lighthouse.json"
+TIMEOUT_S = 600  # one Lighthouse run; a page that keeps the CPU busy for half a minute takes minutes here
 KEYS = ["performance", *lighthouse.METRICS, "bytes", "bytes_uncompressed"]
 
 
@@ -57,8 +59,12 @@ def measure(sites: dict[str, Path], pages: list[str], runs: dict[str, int], log,
             for i in range(max(runs.values())):
                 for name in sites:
                     if i < runs[name] and (sites[name] / page).exists():
-                        found[name][page]["runs"].append(lighthouse.run(f"{bases[name]}/{page}"))
-                        r = found[name][page]["runs"][-1]
+                        try:
+                            r = lighthouse.run(f"{bases[name]}/{page}", timeout=TIMEOUT_S)
+                        except (RuntimeError, subprocess.TimeoutExpired) as e:  # a page of minutes of script
+                            log(f"{name:6} {page}: no result ({str(e)[-200:]})")
+                            continue
+                        found[name][page]["runs"].append(r)
                         log(
                             f"{name:6} {page}: {r['performance'] * 100:.0f}, FCP {r['first-contentful-paint']:.0f}, "
                             f"LCP {r['largest-contentful-paint']:.0f}, TBT {r['total-blocking-time']:.0f}, "
@@ -123,7 +129,8 @@ def main(argv=None) -> int:
     previous = json.loads(RESULTS.read_text()) if (args.resume or args.table_only) and RESULTS.exists() else {}
     found = previous.get("pages")
     if previous:
-        start, load_start, runs = previous["date"], previous["load_average"]["start"], previous["runs"]
+        start, load_start = previous["date"], previous["load_average"]["start"]
+        runs = previous["runs"] if args.table_only else runs
 
     def save(found):
         RESULTS.parent.mkdir(exist_ok=True)

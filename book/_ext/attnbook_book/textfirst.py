@@ -20,12 +20,14 @@ WIDGETS_JS = "attnbook/widgets.js"  # relative to _static: on pages with widgets
 # The browser lays out and draws each block of the text (a paragraph, a formula, a code cell, a figure) and the
 # sidebars' navigation only when they come near the screen (CSS content-visibility): a long chapter opens
 # without first laying out all its formulas, code and outputs. Each keeps the size it last had once drawn;
-# headings are always laid out (the page's contents follow them). On screens only: print lays out
-# everything. A page whose <html> has the class "attnbook-render-all" lays out everything at once (the
-# accessibility audit).
+# headings are always laid out (the page's contents follow them), and so are the theme's boxes of tables (its
+# script measures them as the page opens, to let the keyboard scroll those wider than the screen). On screens
+# only: print lays out everything. A page whose <html> has the class "attnbook-render-all" lays out everything
+# at once (the accessibility audit).
 RENDER_CSS = [
     "/* Blocks of the text and the sidebars laid out when they come near the screen (screens only). */",
-    "@media screen{html:not(.attnbook-render-all) .bd-article section>:not(section):not(h1):not(h2):not(h3)"
+    "@media screen{html:not(.attnbook-render-all) .bd-article section>"
+    ":not(section):not(h1):not(h2):not(h3):not(.pst-scrollable-table-container)"
     "{content-visibility:auto;contain-intrinsic-size:auto 300px}"
     "html:not(.attnbook-render-all) .bd-sidebar-primary .sidebar-primary-items__middle,"
     "html:not(.attnbook-render-all) .bd-sidebar-secondary{content-visibility:auto;contain-intrinsic-size:auto 1000px}}",
