@@ -15,6 +15,7 @@ from attnbook import (
     bpe,
     contrastive,
     data,
+    graph_experiment,
     graphs,
     interpret,
     lora,
@@ -36,7 +37,6 @@ from harness import (
     Int,
     IntList,
     IntLists,
-    IntPair,
     Mask,
     Num,
     Obj,
@@ -233,21 +233,22 @@ def _(s):
 
 
 def _check_two_rings(out, args):
-    """Every graph: two disjoint rings of low..high nodes in all, padding after them, two marked nodes, the label
-    1 exactly when both marks lie on one ring (then at least min_gap edges apart), networkx's view of it."""
+    """Every graph: two disjoint rings of the same size, one of ring_sizes, padding after them, two marked nodes,
+    the label 1 exactly when both marks lie on one ring (then at least min_gap edges apart), networkx's view."""
     import networkx as nx
 
-    n, (low, high) = args["n_graphs"], args["n_nodes"]
+    n, sizes = args["n_graphs"], args["ring_sizes"]
+    high = 2 * max(sizes)
     assert out.adjacency.shape == (n, high, high) and out.nodes.shape == out.features.shape == (n, high)
     assert out.labels.shape == out.n_nodes.shape == (n,)
     for b in range(n):
         size = int(out.n_nodes[b])
-        assert low <= size <= high and out.nodes[b, :size].all() and not out.nodes[b, size:].any()
+        assert size // 2 in sizes and out.nodes[b, :size].all() and not out.nodes[b, size:].any()
         assert not out.adjacency[b, size:].any() and not out.adjacency[b, :, size:].any()
         graph = _nx_graph(out.adjacency[b, :size, :size])
         rings = [sorted(c) for c in nx.connected_components(graph)]
         assert len(rings) == 2 and all(graph.degree(v) == 2 for v in graph), "two rings"
-        assert min(map(len, rings)) >= 3 and max(map(len, rings)) >= args["min_ring"]
+        assert [len(r) for r in rings] == [size // 2, size // 2], "of the same size"
         marks = out.features[b].nonzero().flatten().tolist()
         assert len(marks) == 2 and set(out.features[b].tolist()) <= {0, 1}
         same = any(set(marks) <= set(r) for r in rings)
@@ -259,19 +260,51 @@ def _check_two_rings(out, args):
 @spec(
     "graphs.two_ring_graphs",
     graphs.two_ring_graphs,
-    dict(n=(1, 4), ring=(3, 4), gap=(1, 2), extra=(0, 2), more=(0, 2)),
+    dict(n=(1, 4), gap=(1, 2), extra=(0, 2), more=(0, 2)),
     half=False,
     check=_check_two_rings,
 )
 def _(s):
-    low = max(3, 2 * s.gap) + s.ring + s.extra
+    low = max(3, 2 * s.gap) + s.extra
+    sizes = IntList([low, low + s.more], high=0)
+    sizes.corruptions = ("zero", "float", "empty", "nested", "str")  # any ring size above the least is valid
     return graphs.two_ring_graphs, dict(
         n_graphs=Int(s.n),
-        n_nodes=IntPair(low, low + s.more),
-        min_ring=Int(s.ring),
+        ring_sizes=sizes,
         min_gap=Int(s.gap),
         seed=Int(s.extra + 1),
     )
+
+
+def _small_rings(s):
+    """s.B graphs of two rings of 3 or 4 nodes (N = 8 after padding)."""
+    return graphs.two_ring_graphs(s.B, (3, 4), min_gap=1, seed=s.B)
+
+
+@spec("graph_experiment.structural_inputs", graph_experiment.structural_inputs, dict(B=(1, 3), k=(1, 3)), half=False)
+def _(s):
+    return graph_experiment.structural_inputs, dict(graphs=Obj(_small_rings(s)), k=Int(s.k))
+
+
+def _graph_model_call(s):
+    """A distance-bias graph transformer, s.B graphs and structural inputs of the right shapes (N = 8)."""
+    model = _module(lambda: graphs.GraphTransformer("full", "distance", d_model=8, n_heads=2, n_layers=1, k=2))
+    return dict(
+        model=Obj(model),
+        graphs=Obj(_small_rings(s)),
+        eigenvectors=Tensor(s.B, 8, 2, seq=1),
+        distances=Ids(s.B, 8, 8, vocab=6, low=-1, seq=None),
+    )
+
+
+@spec("graph_experiment.graph_logits", graph_experiment.graph_logits, dict(B=(1, 3)), half=False)
+def _(s):
+    return graph_experiment.graph_logits, _graph_model_call(s)
+
+
+@spec("graph_experiment.accuracy", graph_experiment.accuracy, dict(B=(1, 3)), half=False)
+def _(s):
+    return graph_experiment.accuracy, _graph_model_call(s)
 
 
 @spec(
