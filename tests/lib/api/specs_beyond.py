@@ -1405,21 +1405,27 @@ class Heads(Arg):
         }[how]
 
 
-def _run_ablated(model, heads, idx):
-    with interpret.ablate_heads(model, heads):
+def _run_ablated(model, heads, idx, means=None):
+    with interpret.ablate_heads(model, heads, means=means):
         return model(idx)
 
 
-def _naive_ablated(call, model, heads, idx):
-    """The heads' columns of W_o zeroed in a copy of the model."""
+def _naive_ablated(call, model, heads, idx, means=None):
+    """The heads' columns of W_o zeroed in a copy of the model; with means, W_o[:, head] @ mean added as a bias."""
     import copy
 
     model = copy.deepcopy(model)
     layers = [m for m in model.modules() if hasattr(m, "W_o") and hasattr(m, "n_heads")]
     with torch.no_grad():
         for layer, head in heads:
-            Dh = layers[layer].d_head
-            layers[layer].W_o.weight[:, head * Dh : (head + 1) * Dh] = 0.0
+            W_o, Dh = layers[layer].W_o, layers[layer].d_head
+            cols = slice(head * Dh, (head + 1) * Dh)
+            if means is not None:
+                new = nn.Linear(W_o.in_features, W_o.out_features).to(W_o.weight.dtype)
+                new.weight.copy_(W_o.weight)
+                new.bias.copy_((W_o.bias if W_o.bias is not None else 0.0) + W_o.weight[:, cols] @ means[layer][cols])
+                W_o = layers[layer].W_o = new
+            W_o.weight[:, cols] = 0.0
         return model(idx)
 
 
@@ -1461,40 +1467,17 @@ class Means(Arg):
         }[how]()
 
 
-def _run_mean_ablated(model, heads, means, idx):
-    with interpret.ablate_heads(model, heads, means=means):
-        return model(idx)
-
-
-def _naive_mean_ablated(call, model, heads, means, idx):
-    """The heads' columns of W_o zeroed in a copy of the model, and W_o[:, head] @ mean added as a bias."""
-    import copy
-
-    model = copy.deepcopy(model)
-    layers = [m for m in model.modules() if hasattr(m, "W_o") and hasattr(m, "n_heads")]
-    with torch.no_grad():
-        for layer, head in heads:
-            W_o, Dh = layers[layer].W_o, layers[layer].d_head
-            cols = slice(head * Dh, (head + 1) * Dh)
-            new = nn.Linear(W_o.in_features, W_o.out_features).to(W_o.weight.dtype)
-            new.weight.copy_(W_o.weight)
-            new.bias.copy_((W_o.bias if W_o.bias is not None else 0.0) + W_o.weight[:, cols] @ means[layer][cols])
-            new.weight[:, cols] = 0.0
-            layers[layer].W_o = new
-        return model(idx)
-
-
 @spec(
     "interpret.ablate_heads (mean-ablation)",
     interpret.ablate_heads,
     dict(kind=(0, 2), B=(1, 2), T=(1, 6), pick=(0, 2)),
-    reference=_naive_mean_ablated,
+    reference=_naive_ablated,
 )
 def _(s):
     choices = [[(0, 0)], [(1, 1)], [(0, 1), (1, 0)]]
     model = _interpret_models(s)
     means = interpret.mean_heads(model, torch.randint(INTERPRET_V, (3, 6), generator=torch.Generator().manual_seed(0)))
-    return _run_mean_ablated, dict(
+    return _run_ablated, dict(
         model=Obj(model),
         heads=Heads(choices[s.pick]),
         means=Means(means),
