@@ -72,5 +72,6 @@ def test_circuit_slider_shows_each_table_on_its_own_signed_scale():
     np.testing.assert_allclose(steps[1].args[0]["z"][0], -np.ones((3, 3)) * 0.5)
     assert steps[1].args[0]["zmax"] == [0.5] and steps[1].args[1]["title.text"] == "OV: L2H2"
     assert fig.layout.xaxis.title.text == "logit" and fig.layout.yaxis.title.text == "attended"
+    assert fig.layout.yaxis.autorange == "reversed"  # the first label on top, as in a table
     with pytest.raises(ValueError, match="tables\\['L2H1'\\] must be \\(2, 2\\)"):
         viz.circuit_slider(tables, ["a", "b"])

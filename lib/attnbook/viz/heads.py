@@ -148,7 +148,11 @@ def circuit_slider(
         zmax=tops[0],
         hover=value_name,
     )
-    fig.update_layout(height=620, xaxis={"type": "category", "dtick": 1}, yaxis={"type": "category", "dtick": 1})
+    fig.update_layout(
+        height=620,
+        xaxis={"type": "category", "dtick": 1},
+        yaxis={"type": "category", "dtick": 1, "autorange": "reversed"},
+    )
     steps = [
         {
             "label": name,
