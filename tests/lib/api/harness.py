@@ -78,6 +78,7 @@ from attnbook import (
     blocks,
     bpe,
     bptt,
+    circuits,
     config,
     contrastive,
     costs,
@@ -135,6 +136,7 @@ MODULES = {
     "scaling_grid": scaling_grid,
     "export": export,
     "interpret": interpret,
+    "circuits": circuits,
 }
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype

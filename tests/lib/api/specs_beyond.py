@@ -13,6 +13,7 @@ from attnbook import (
     audio,
     blocks,
     bpe,
+    circuits,
     contrastive,
     data,
     graph_experiment,
@@ -1437,21 +1438,27 @@ class Heads(Arg):
         }[how]
 
 
-def _run_ablated(model, heads, idx):
-    with interpret.ablate_heads(model, heads):
+def _run_ablated(model, heads, idx, means=None):
+    with interpret.ablate_heads(model, heads, means=means):
         return model(idx)
 
 
-def _naive_ablated(call, model, heads, idx):
-    """The heads' columns of W_o zeroed in a copy of the model."""
+def _naive_ablated(call, model, heads, idx, means=None):
+    """The heads' columns of W_o zeroed in a copy of the model; with means, W_o[:, head] @ mean added as a bias."""
     import copy
 
     model = copy.deepcopy(model)
     layers = [m for m in model.modules() if hasattr(m, "W_o") and hasattr(m, "n_heads")]
     with torch.no_grad():
         for layer, head in heads:
-            Dh = layers[layer].d_head
-            layers[layer].W_o.weight[:, head * Dh : (head + 1) * Dh] = 0.0
+            W_o, Dh = layers[layer].W_o, layers[layer].d_head
+            cols = slice(head * Dh, (head + 1) * Dh)
+            if means is not None:
+                new = nn.Linear(W_o.in_features, W_o.out_features).to(W_o.weight.dtype)
+                new.weight.copy_(W_o.weight)
+                new.bias.copy_((W_o.bias if W_o.bias is not None else 0.0) + W_o.weight[:, cols] @ means[layer][cols])
+                W_o = layers[layer].W_o = new
+            W_o.weight[:, cols] = 0.0
         return model(idx)
 
 
@@ -1465,6 +1472,49 @@ def _(s):
     choices = [[(0, 0)], [(1, 1)], [(0, 1), (1, 0)], []]
     return _run_ablated, dict(
         model=Obj(_interpret_models(s)), heads=Heads(choices[s.pick]), idx=Ids(s.B, s.T, vocab=INTERPRET_V)
+    )
+
+
+@spec("interpret.mean_heads", interpret.mean_heads, dict(kind=(0, 2), B=(1, 3), T=(1, 6)))
+def _(s):
+    return interpret.mean_heads, dict(model=Obj(_interpret_models(s)), ids=Ids(s.B, s.T, vocab=INTERPRET_V))
+
+
+class Means(Arg):
+    """Each layer's mean heads (H * Dh,); changed, one tensor, a layer fewer, a layer too narrow, integers."""
+
+    corruptions = ("one tensor", "short", "width", "int")
+
+    def __init__(self, means):
+        self.means = means
+
+    def make(self, g):
+        return [m.clone() for m in self.means]
+
+    def corrupt(self, v, how, g):
+        return {
+            "one tensor": lambda: v[0],
+            "short": lambda: v[:1],
+            "width": lambda: [v[0][:-1], *v[1:]],
+            "int": lambda: [m.long() for m in v],
+        }[how]()
+
+
+@spec(
+    "interpret.ablate_heads (mean-ablation)",
+    interpret.ablate_heads,
+    dict(kind=(0, 2), B=(1, 2), T=(1, 6), pick=(0, 2)),
+    reference=_naive_ablated,
+)
+def _(s):
+    choices = [[(0, 0)], [(1, 1)], [(0, 1), (1, 0)]]
+    model = _interpret_models(s)
+    means = interpret.mean_heads(model, torch.randint(INTERPRET_V, (3, 6), generator=torch.Generator().manual_seed(0)))
+    return _run_ablated, dict(
+        model=Obj(model),
+        heads=Heads(choices[s.pick]),
+        means=Means(means),
+        idx=Ids(s.B, s.T, vocab=INTERPRET_V),
     )
 
 
@@ -1673,3 +1723,103 @@ def _(s):
             return model(LAB_IDS), tokenizer.chars
 
     return loaded, dict(path=FilePath(data.packaged_dir() / interpret.LAB_GPT, wrong=_garbage_file()))
+
+
+# circuits (what attention learns: the circuit in the weights) -------------------------------------------
+
+HEAD = ("negative", "float", "bool", "str")  # layer and head 0 are valid
+
+
+@spec("circuits.head_circuits", circuits.head_circuits, dict(layer=(0, 1), head=(0, 1)))
+def _(s):
+    return circuits.head_circuits, dict(
+        model=Obj(_attention_only()), layer=Int(s.layer, corruptions=HEAD), head=Int(s.head, corruptions=HEAD)
+    )
+
+
+@spec("circuits.ov_circuit", circuits.ov_circuit, dict(layer=(0, 1), head=(0, 1)))
+def _(s):
+    return circuits.ov_circuit, dict(
+        model=Obj(_attention_only()), layer=Int(s.layer, corruptions=HEAD), head=Int(s.head, corruptions=HEAD)
+    )
+
+
+class HeadPair(Arg):
+    """A (layer, head) pair; changed, out of range, negative, a string, floats."""
+
+    corruptions = ("out of range", "negative", "str", "float")
+
+    def __init__(self, pair):
+        self.pair = pair
+
+    def make(self, g):
+        return self.pair
+
+    def corrupt(self, v, how, g):
+        return {"out of range": (v[0], 5), "negative": (v[0], -1), "str": "0,1", "float": (float(v[0]), 0.5)}[how]
+
+
+@spec("circuits.qk_circuit", circuits.qk_circuit, dict(head=(0, 1), through=(0, 2)))
+def _(s):
+    args = dict(model=Obj(_attention_only()), layer=Int(1, corruptions=HEAD), head=Int(s.head, corruptions=HEAD))
+    if s.through < 2:
+        args["keys_through"] = HeadPair((0, s.through))
+    return circuits.qk_circuit, args
+
+
+@spec("circuits.diagonal_top1", circuits.diagonal_top1, dict(V=(1, 6)), half=False)
+def _(s):
+    return circuits.diagonal_top1, dict(circuit=Tensor(s.V, s.V, batch=None))
+
+
+@spec("circuits.copying_score", circuits.copying_score, dict(V=(1, 6)))
+def _(s):
+    return circuits.copying_score, dict(circuit=Tensor(s.V, s.V, batch=None))
+
+
+def _naive_composition(call, W_A, W_B):
+    """|W_A W_B|_F / (|W_A|_F |W_B|_F), the sums of squares written out."""
+    fro = lambda M: (M**2).sum(dim=(-2, -1)).sqrt()  # noqa: E731
+    return fro(W_A @ W_B) / (fro(W_A) * fro(W_B))
+
+
+@spec(
+    "circuits.composition_score",
+    circuits.composition_score,
+    dict(D=(1, 5), E=(1, 5), F=(1, 5)),
+    reference=_naive_composition,
+)
+def _(s):
+    return circuits.composition_score, dict(W_A=Tensor(s.D, s.E, batch=None), W_B=Tensor(s.E, s.F, batch=None))
+
+
+@spec("circuits.composition_scores", circuits.composition_scores, dict(h1=(0, 1), h2=(0, 1)))
+def _(s):
+    return circuits.composition_scores, dict(
+        model=Obj(_attention_only()), earlier=HeadPair((0, s.h1)), later=HeadPair((1, s.h2))
+    )
+
+
+def _check_random_score(out, args):
+    """A mean of scores in (0, 1] (1 for matrices of one entry)."""
+    assert out.dim() == 0 and 0.0 < out.item() <= 1.0 + 1e-6
+
+
+@spec(
+    "circuits.random_composition_score",
+    circuits.random_composition_score,
+    dict(D=(1, 8), Dh=(1, 4), S=(1, 5)),
+    check=_check_random_score,
+    half=False,
+)
+def _(s):
+    return circuits.random_composition_score, dict(
+        d_model=Int(s.D), d_head=Int(s.Dh), samples=Int(s.S), generator=Gen()
+    )
+
+
+@spec("circuits.direct_logit_attribution", circuits.direct_logit_attribution, dict(B=(1, 3), T=(1, 6), L=(1, 2)))
+def _(s):
+    return circuits.direct_logit_attribution, dict(
+        model=Obj(_attention_only(s.L)), ids=Ids(s.B, s.T, vocab=INTERPRET_V)
+    )
