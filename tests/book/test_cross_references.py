@@ -38,6 +38,9 @@ ALLOWED = {
     ("14_scaling_and_practice", "ch-flash", "backwa"): (
         "measure.flop_count is introduced on the first page; the forward and backward pass are the lab's"
     ),
+    ("16_2_attention_as_explanation", "ch-gpt-heads", "head"): (
+        "the loss increase without each of the lab GPT's heads is measured on 16.1, the page referenced"
+    ),
 }
 
 PAGE_LABEL = re.compile(r"^\(([\w-]+)\)=\s*$", re.M)
