@@ -2,19 +2,16 @@
 
 Lighthouse 12 (npm, pinned) drives Debian's Chromium with its default mobile settings (a slow 4G network and a
 CPU four times slower, simulated) over the built book served with gzip by ``serve`` (npm, pinned), as a static
-host serves it. Each page measured must score at least 90 for performance, with its first contentful paint
-within 1.8 s, its largest contentful paint within 2.5 s, its total blocking time within 200 ms and its
-cumulative layout shift within 0.1: the thresholds that Lighthouse and the Core Web Vitals call good.
+host serves it. The pages: the home page and the heaviest page of every chapter, its largest HTML (the most
+text, code, outputs and math to lay out); ``python -m attnbook_book.lighthouse _build/html`` measures them all.
 
-The pages: the home page and the heaviest page of every chapter, its largest HTML (the most text, code,
-outputs and math to lay out: what a page costs once its figures and widgets wait for the reader). Measuring
-every page takes two to three times as long, past what ``make test`` can spend;
-``python -m attnbook_book.lighthouse _build/html`` measures them all. Each run takes 10 to 30 s.
-
-Lighthouse simulates the slow CPU from the time the page took here, so a machine busy with other work makes a
-page look slower than it is: these tests run alone, after the other browser tests (``make test-site``), and a
-page that misses a limit is measured twice more; it passes if one run meets every limit. Every run, with the
-load average of the machine while it ran, goes to ``reports/lighthouse.json`` beside the execution times.
+What a page is made of does not depend on the machine, and is checked here: nothing blocks its first paint
+(no script or stylesheet Lighthouse finds render-blocking), its layout does not shift as figures and widgets
+arrive (cumulative layout shift within 0.1, Core Web Vitals' "good"), and what it transfers as it opens stays
+within a budget. The score and the timings Lighthouse simulates from how long the page took on this machine
+(first and largest contentful paint, total blocking time) would rise and fall with other work on the machine:
+they are recorded, with the load average, in ``reports/lighthouse.json``, and judged against Lighthouse's
+thresholds by ``benchmarks/bench_lighthouse.py`` on a quiet machine, not here.
 """
 
 from __future__ import annotations
@@ -29,7 +26,9 @@ from site_helpers import HTML, built_toc
 pytestmark = [pytest.mark.site, pytest.mark.lighthouse]
 
 REPORT = HTML.parent / "reports" / "lighthouse.json"
-RETRIES = 2
+# Transferred (compressed) as the page opens, before any figure, widget or model comes into view: the theme,
+# the text and its math, the page's own scripts (about 150 kB for a plain page, 230 kB for the heaviest).
+BUDGET = 400_000  # bytes
 
 
 def pages_to_measure() -> list[str]:
@@ -61,7 +60,7 @@ def compressed():
 def test_page_opens_fast_on_a_phone(compressed, page):
     from attnbook_book import lighthouse
 
-    found = lighthouse.measure(compressed, page, runs=1, retries=RETRIES, log=print)
+    found = lighthouse.measure(compressed, page, runs=1, log=print)
     lighthouse.write_report(
         {
             "lighthouse": lighthouse._version("lighthouse"),
@@ -71,8 +70,9 @@ def test_page_opens_fast_on_a_phone(compressed, page):
         },
         REPORT,
     )
-    best = found["best"]
-    assert found["misses"] == [], (
-        f"{page} misses {found['misses']} in each of {len(found['runs'])} runs (load average "
-        f"{[r['load'] for r in found['runs']]}); its largest requests: {best['largest']}"
+    run = found["runs"][0]
+    assert run["render_blocking"] == [], f"{page}: its first paint waits for {run['render_blocking']}"
+    assert run["cumulative-layout-shift"] <= lighthouse.LIMITS["cumulative-layout-shift"], (
+        f"{page}: layout shift {run['cumulative-layout-shift']:.3f} (LCP element {run['lcp_element']})"
     )
+    assert run["bytes"] <= BUDGET, f"{page}: {run['bytes']} bytes as it opens; the largest: {run['largest']}"

@@ -160,6 +160,10 @@ def summarise(report: dict) -> dict:
             key=lambda x: -x[1],
         )[:5],
         "lcp_element": _lcp_element(audits),
+        # what delays the first paint whatever the machine: scripts and stylesheets the page waits for
+        "render_blocking": [
+            i["url"].split("/", 3)[-1] for i in audits["render-blocking-resources"].get("details", {}).get("items", [])
+        ],
         "benchmark_index": report.get("environment", {}).get("benchmarkIndex"),
         "warnings": report.get("runWarnings", []) + ([runtime_error.get("message")] if runtime_error else []),
     }
