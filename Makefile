@@ -36,7 +36,7 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 LINTED := lib book/_ext tests benchmarks
 
 .PHONY: help setup python-env npm-assets chromium poppler diagrams sync execute html pdf book test test-lib \
-	test-notebooks test-site test-pdf test-gpu test-compat student bench clean lint format check
+	test-notebooks test-site test-pdf test-gpu test-compat test-colab student bench clean lint format check
 
 help:
 	@echo "The two commands:"
@@ -59,6 +59,7 @@ help:
 	@echo "Elsewhere:"
 	@echo "  make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
 	@echo "  make test-compat  the lowest declared versions of the dependencies: library tests, two chapters"
+	@echo "  make test-colab   Colab's environment (its published versions): the setup cells' install, every chapter"
 	@echo "  make bench     run the benchmarks in benchmarks/ (slow)"
 
 # --- set-up -------------------------------------------------------------------------------------
@@ -185,6 +186,40 @@ test-compat:
 	$(COMPAT_PY) -m pip list --format=freeze > $(COMPAT)/installed.txt
 	$(COMPAT_PY) -m pytest tests/lib tests/exercises tests/grading -m "not site and not pdf" -p no:cacheprovider
 	$(COMPAT_PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider $(COMPAT_NB)
+
+# Where learners run the book: Colab's environment as Colab publishes it (book/_ext/attnbook_book/
+# colab_constraints.txt, with its date): Colab's Python from pyenv, torch at Colab's version from the registry
+# (its CUDA build, run on the CPU; with the CUDA build's own NCCL, not the one Colab's CPU runtime holds for
+# other packages), every package a chapter uses at Colab's version; then the library installed as the setup
+# cells install it (the same requirements and extras, the library from this checkout), which must change none
+# of those packages; then every chapter executed there, and the classic Notebook front end (ipywidgets 7, the
+# widgets Colab draws) driven in Chromium. About 8 GB of disk, and 5 minutes of downloads on a cold cache.
+COLAB := $(BUILD)/colab
+COLAB_PY := $(COLAB)/venv/bin/python
+COLAB_TOOL := book/_ext/attnbook_book/colab.py
+COLAB_PACKAGES := pip torch numpy pandas matplotlib plotly scikit-learn scipy tqdm regex ipywidgets \
+	widgetsnbextension jupyterlab_widgets ipython ipykernel jupyter_client nbformat nbconvert notebook protobuf \
+	transformers tokenizers pytest jupytext PyYAML
+
+test-colab: python-env chromium
+	rm -rf $(COLAB)
+	mkdir -p $(COLAB)/attnbook
+	$$($(PY) -m attnbook_book.colab python) -m venv $(COLAB)/venv
+	grep -v '^nvidia-' book/_ext/attnbook_book/colab_constraints.txt > $(COLAB)/constraints.txt
+	$(COLAB_PY) -m pip install -q -c $(COLAB)/constraints.txt $(COLAB_PACKAGES)
+	$(COLAB_PY) -m pip install -q -c $(COLAB)/constraints.txt nbval pytest-xdist
+	$(COLAB_PY) -m pip install -q --no-deps -e book/_ext
+	$(COLAB_PY) $(COLAB_TOOL) changed $(COLAB_PY) --ignore nvidia-nccl-cu13
+	cp pyproject.toml README.md $(COLAB)/attnbook/ && cp -r lib $(COLAB)/attnbook/
+	$(COLAB_PY) $(COLAB_TOOL) install $(NB) --local $(COLAB)/attnbook --constraints $(COLAB)/constraints.txt
+	$(COLAB_PY) $(COLAB_TOOL) changed $(COLAB_PY) --ignore nvidia-nccl-cu13
+	$(COLAB_PY) -m pip list --format=freeze > $(COLAB)/installed.txt
+	ATTNBOOK_EXPORT_DIR=$(abspath $(COLAB))/executed/exported $(COLAB_PY) -m pytest -p attnbook_book.pytest_plugin \
+		--nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider -n $(JOBS) --dist loadfile \
+		--executed-dir $(COLAB)/executed --times-report $(COLAB)/execution_times.json $(NB)
+	$(if $(wildcard $(BUILD)/reports/execution_times.json),$(PY) -m attnbook_book.colab times \
+		$(COLAB)/execution_times.json $(BUILD)/reports/execution_times.json)
+	du -sh $(COLAB)/venv
 
 bench: python-env
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script; done

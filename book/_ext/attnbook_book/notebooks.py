@@ -4,10 +4,15 @@ A chapter is one page, ``chapters/NN_slug.md``, or several: the chapter's file k
 and each further page is ``chapters/NN_K_slug.md`` (K = 1, 2, ...), listed under the chapter in _toc.yml with
 ``sections:`` (numbered NN.1, NN.2 in the book). Every page is a notebook of its own.
 
+The paired ``.ipynb`` carries the chapter's diagrams as cell attachments (``attachment:NAME.svg``), so that a
+notebook opened alone (in Colab, or downloaded) shows them; the ``.md`` points at ``book/images/diagrams/``, and
+the staged notebooks the book is built from point there again, for the book's inline, dark-mode-aware figures.
+
 Run as a program:
 
     python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
                                                         # the grader's list of exercises from them
+    python -m attnbook_book.notebooks pin               # the setup cells install the version of pyproject.toml
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import copy
 import json
 import re
@@ -94,24 +100,67 @@ def read_md(path: Path) -> nbformat.NotebookNode:
     return jupytext.read(path, fmt="md:myst")
 
 
+DIAGRAMS = REPO / "book" / "images" / "diagrams"
+DIAGRAM_PATH = "../book/images/diagrams/"  # how a chapter's .md points at a diagram
+SVG = "image/svg+xml"
+_DIAGRAM_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(DIAGRAM_PATH) + r"([a-z0-9_]+\.svg)\)")
+_ATTACHED_IMAGE = re.compile(r"(!\[[^\]]*\]\()attachment:([a-z0-9_]+\.svg)\)")
+
+
+def attach_diagrams(cell: nbformat.NotebookNode, diagrams: Path = DIAGRAMS) -> None:
+    """In a markdown cell, every diagram becomes a cell attachment: ``![alt](attachment:NAME.svg)``, with the
+    SVG file inside the cell (base64, as Jupyter stores attachments). A notebook opened alone shows it."""
+    attachments = {}
+
+    def attach(match: re.Match) -> str:
+        name = match.group(2)
+        attachments[name] = {SVG: base64.b64encode((diagrams / name).read_bytes()).decode("ascii")}
+        return f"{match.group(1)}attachment:{name})"
+
+    cell.source = _DIAGRAM_IMAGE.sub(attach, cell.source)
+    if attachments:
+        cell.attachments = attachments
+    else:
+        cell.pop("attachments", None)
+
+
+def detach_diagrams(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The reverse of :func:`attach_diagrams`, for the book's build: each attached diagram points at its file
+    again (the book draws it inline from there, in the page's colour mode) and leaves the cell."""
+    for cell in nb.cells:
+        attachments = cell.get("attachments", {})
+        if cell.cell_type != "markdown" or not attachments:
+            continue
+        names = {m.group(2) for m in _ATTACHED_IMAGE.finditer(cell.source)}
+        cell.source = _ATTACHED_IMAGE.sub(lambda m: f"{m.group(1)}{DIAGRAM_PATH}{m.group(2)})", cell.source)
+        for name in names:
+            attachments.pop(name, None)
+        if not attachments:
+            del cell["attachments"]
+    return nb
+
+
 def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
-    """The paired notebook for a .md source: same cells, no outputs."""
+    """The paired notebook for a .md source: same cells, no outputs, the diagrams attached."""
     nb = read_md(md_path)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            attach_diagrams(cell)
     return nb
 
 
-def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str]]:
-    """What must agree between the .md and the .ipynb: each cell's type, source, tags and myst-nb options
-    (the ``mystnb`` metadata, which carries an image output's alt text)."""
+def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str, str]]:
+    """What must agree between the .md and the .ipynb: each cell's type, source, tags, myst-nb options
+    (the ``mystnb`` metadata, which carries an image output's alt text) and attachments (the diagrams)."""
     return [
         (
             c.cell_type,
             c.source,
             tuple(c.get("metadata", {}).get("tags", [])),
             json.dumps(c.get("metadata", {}).get("mystnb", {}), sort_keys=True),
+            json.dumps(c.get("attachments", {}), sort_keys=True),
         )
         for c in nb.cells
     ]
@@ -127,6 +176,34 @@ def sync(root: Path = CHAPTERS) -> list[Path]:
             continue
         jupytext.write(fresh, ipynb, fmt="ipynb")
         changed.append(ipynb)
+    return changed
+
+
+_VERSION = re.compile(r'^version = "([^"]+)"$', re.M)
+_SETUP_TAG = re.compile(r"(git\+\{REPO\}@)v[0-9][0-9A-Za-z.]*")  # in a setup cell: f"attnbook @ git+{REPO}@v0.2.0"
+
+
+def book_version(repo: Path = REPO) -> str:
+    """The book's release, ``version`` of the library's ``pyproject.toml`` (the one place it is written)."""
+    return _VERSION.search((repo / "pyproject.toml").read_text()).group(1)
+
+
+def release_tag(repo: Path = REPO) -> str:
+    """The git tag of the book's release (``v0.2.0``), which every chapter's setup cell installs in Colab."""
+    return "v" + book_version(repo)
+
+
+def pin(root: Path = CHAPTERS, tag: str | None = None) -> list[Path]:
+    """Point every chapter's setup cell at the release ``tag`` (default: pyproject.toml's version); return the
+    .md sources that changed. Run `make sync` afterwards."""
+    tag = tag or release_tag()
+    changed = []
+    for md in chapter_sources(root):
+        text = md.read_text()
+        fresh = _SETUP_TAG.sub(lambda m: m.group(1) + tag, text)
+        if fresh != text:
+            md.write_text(fresh)
+            changed.append(md)
     return changed
 
 
@@ -255,7 +332,7 @@ def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False
             missing.append(str(executed_nb))
             continue
         (src / "chapters").mkdir(exist_ok=True)
-        shutil.copy2(executed_nb, src / "chapters" / name)
+        nbformat.write(detach_diagrams(nbformat.read(executed_nb, as_version=4)), src / "chapters" / name)
     exported = executed / "exported"  # models the chapters exported (attnbook.export), for the pages that run them
     if exported.is_dir():
         shutil.copytree(exported, src / "exported", ignore=shutil.ignore_patterns("*.pt"))
@@ -294,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnbook_book.notebooks")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync")
+    sub.add_parser("pin", help="point the setup cells at the release of pyproject.toml's version")
     student = sub.add_parser("student")
     student.add_argument("out", type=Path)
     staging = sub.add_parser("stage")
@@ -306,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(REPO)}")
         if write_exercise_manifest():
             print(f"wrote {catalog.MANIFEST}")
+    elif args.command == "pin":
+        for path in pin():
+            print(f"wrote {path.relative_to(REPO)}")
+        for path in sync():
+            print(f"wrote {path.relative_to(REPO)}")
     elif args.command == "student":
         for path in write_student(args.out):
             print(f"wrote {path}")
