@@ -36,7 +36,7 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 LINTED := lib book/_ext tests benchmarks
 
 .PHONY: help setup python-env npm-assets chromium poppler diagrams sync execute html pdf book test test-lib \
-	test-notebooks test-site test-pdf test-gpu test-compat test-colab student bench clean lint format check
+	test-notebooks test-site test-jupyter test-pdf test-gpu test-compat test-colab pin student bench clean lint format check
 
 help:
 	@echo "The two commands:"
@@ -47,12 +47,14 @@ help:
 	@echo "  make lint      ruff over the library, tools and tests; the chapters' code at 79 columns"
 	@echo "  make format    format the library, tools and tests (ruff) and the chapters' code (79 columns)"
 	@echo "  make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
+	@echo "  make pin       after a version change in pyproject.toml: the setup cells install that release"
 	@echo "  make diagrams  redraw book/images/diagrams/*.svg from their sources (attnbook_book.diagrams)"
 	@echo "  make pdf       print the built HTML book into $(PDF) (and the site's root)"
 	@echo "  make test-pdf  check that PDF: every chapter, bookmarks, contents, glyphs, margins, links"
 	@echo "  make execute html test-site BUILD=_build/one NB=chapters/04_queries_keys_values.ipynb PARTIAL=1"
 	@echo "                 execute, build and check one chapter"
-	@echo "  make test-lib  the library, exercise, grading and book-source tests (no notebooks, no browser)"
+	@echo "  make test-lib  the library, exercise, grading and book-source tests (no notebooks, no built book)"
+	@echo "  make test-jupyter  a chapter's explorers and progress bars in JupyterLab 4, driven in Chromium"
 	@echo "  make student   write the chapter notebooks without solutions into $(BUILD)/student"
 	@echo "  make setup     the virtual environment, the JavaScript assets and Chromium"
 	@echo "  make clean     remove $(BUILD)"
@@ -98,6 +100,10 @@ diagrams: python-env
 sync: python-env
 	$(PY) -m attnbook_book.notebooks sync
 
+# After changing the version in pyproject.toml: every chapter's setup cell installs that release (tag vX.Y.Z).
+pin: python-env
+	$(PY) -m attnbook_book.notebooks pin
+
 # Execute every chapter once with nbval: the asserts in the cells are the checks, the outputs are kept
 # for the build, and each chapter's time goes to $(BUILD)/reports/execution_times.json.
 execute: python-env
@@ -132,6 +138,7 @@ test: setup
 	$(MAKE) html
 	$(MAKE) pdf
 	$(MAKE) test-site
+	$(MAKE) test-jupyter
 	$(MAKE) test-pdf
 	$(MAKE) student
 
@@ -151,19 +158,24 @@ format: python-env
 check: lint test-lib
 
 test-lib: python-env
-	$(PY) -m pytest tests -m "not site and not pdf" -p no:cacheprovider
+	$(PY) -m pytest tests -m "not site and not pdf and not jupyter" -p no:cacheprovider
 
 test-notebooks: execute
 
 test-site: python-env
 	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m site -p no:cacheprovider -n $(JOBS)
 
+# A chapter with explorers and progress bars run in JupyterLab 4 (ipywidgets 8), driven in Chromium
+# (tests/book/test_frontends.py; make test-colab runs it in the classic Notebook with Colab's ipywidgets 7).
+test-jupyter: python-env chromium
+	$(PY) -m pytest tests -m jupyter -p no:cacheprovider
+
 test-pdf: python-env
 	ATTNBOOK_HTML=$(BUILD)/html ATTNBOOK_PDF=$(PDF) $(PY) -m pytest tests -m pdf -p no:cacheprovider
 
 test-gpu: python-env
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU')"
-	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site and not pdf" -p no:cacheprovider
+	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site and not pdf and not jupyter" -p no:cacheprovider
 	ATTNBOOK_DEVICE=cuda $(NBVAL) $(NB)
 
 # The promise of pyproject.toml, tested: the lowest declared version of every dependency (the library's and
@@ -217,6 +229,8 @@ test-colab: python-env chromium
 	ATTNBOOK_EXPORT_DIR=$(abspath $(COLAB))/executed/exported $(COLAB_PY) -m pytest -p attnbook_book.pytest_plugin \
 		--nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider -n $(JOBS) --dist loadfile \
 		--executed-dir $(COLAB)/executed --times-report $(COLAB)/execution_times.json $(NB)
+	ATTNBOOK_JUPYTER_UI=classic ATTNBOOK_JUPYTER_PYTHON=$(abspath $(COLAB_PY)) $(PY) -m pytest tests -m jupyter \
+		-p no:cacheprovider
 	$(if $(wildcard $(BUILD)/reports/execution_times.json),$(PY) -m attnbook_book.colab times \
 		$(COLAB)/execution_times.json $(BUILD)/reports/execution_times.json)
 	du -sh $(COLAB)/venv

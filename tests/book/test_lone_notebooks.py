@@ -1,7 +1,8 @@
 """A chapter's notebook opened alone (in Colab, or downloaded) shows its diagrams: the paired ``.ipynb`` carries
-each one as a cell attachment. Each notebook is rendered from a folder holding only that file (nbconvert, as
-Jupyter would show it) and opened in Chromium with the network shut, and every diagram must be drawn, in its
-light colours (an ``<img>`` cannot see a page's dark mode; the SVG's own stylesheet gives it its colours)."""
+each one, written into its markdown cell (an SVG data URL). Each notebook is rendered from a folder holding only
+that file (nbconvert, as Jupyter would show it) and opened in Chromium with the network shut, and every diagram
+must be drawn, in its light colours (an ``<img>`` cannot see a page's dark mode; the SVG's own stylesheet gives
+it its colours). ``test_frontends.py`` looks at them in JupyterLab and the classic Notebook too."""
 
 from __future__ import annotations
 
@@ -16,23 +17,21 @@ DIAGRAMS = {md: len(notebooks._DIAGRAM_IMAGE.findall(md.read_text())) for md in 
 
 
 def test_every_diagram_of_the_chapters_travels_in_their_notebooks():
-    attached = 0
+    carried = 0
     for md in SOURCES:
-        nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
-        names = [name for c in nb.cells for name in c.get("attachments", {})]
-        assert len(names) == DIAGRAMS[md], f"{md.name}: {len(names)} attachments for {DIAGRAMS[md]} diagrams"
-        assert "../book/images" not in "".join(c.source for c in nb.cells), f"{md.name} points outside itself"
-        attached += len(names)
-    assert attached == sum(DIAGRAMS.values()) and attached >= 40
+        text = "".join(c.source for c in nbformat.read(md.with_suffix(".ipynb"), as_version=4).cells)
+        embedded = notebooks._EMBEDDED_IMAGE.findall(text)
+        assert len(embedded) == DIAGRAMS[md], f"{md.name}: {len(embedded)} diagrams carried, {DIAGRAMS[md]} in the .md"
+        assert "../book/images" not in text, f"{md.name} points outside itself"
+        carried += len(embedded)
+    assert carried == sum(DIAGRAMS.values()) and carried >= 40
 
 
 def test_the_book_is_built_from_the_diagrams_files_again():
-    """The staged notebook (what the HTML book is built from) has the .md's markdown, no attachment left."""
+    """The staged notebook (what the HTML book is built from) has the .md's markdown: each diagram's file."""
     for md in SOURCES:
-        staged = notebooks.detach_diagrams(notebooks.to_ipynb(md))
-        source = notebooks.read_md(md)
-        assert [c.source for c in staged.cells] == [c.source for c in source.cells], md.name
-        assert not any("attachments" in c for c in staged.cells), md.name
+        staged = notebooks.unembed_notebook(notebooks.to_ipynb(md))
+        assert [c.source for c in staged.cells] == [c.source for c in notebooks.read_md(md).cells], md.name
 
 
 def _render(md, folder):

@@ -4,9 +4,9 @@ A chapter is one page, ``chapters/NN_slug.md``, or several: the chapter's file k
 and each further page is ``chapters/NN_K_slug.md`` (K = 1, 2, ...), listed under the chapter in _toc.yml with
 ``sections:`` (numbered NN.1, NN.2 in the book). Every page is a notebook of its own.
 
-The paired ``.ipynb`` carries the chapter's diagrams as cell attachments (``attachment:NAME.svg``), so that a
-notebook opened alone (in Colab, or downloaded) shows them; the ``.md`` points at ``book/images/diagrams/``, and
-the staged notebooks the book is built from point there again, for the book's inline, dark-mode-aware figures.
+The paired ``.ipynb`` carries the chapter's diagrams (each SVG written into its markdown cell as a data URL), so
+that a notebook opened alone (in Colab, or downloaded) shows them; the ``.md`` points at ``book/images/diagrams/``,
+and the staged notebooks the book is built from point there again, for the book's inline, dark-mode-aware figures.
 
 Run as a program:
 
@@ -102,65 +102,63 @@ def read_md(path: Path) -> nbformat.NotebookNode:
 
 DIAGRAMS = REPO / "book" / "images" / "diagrams"
 DIAGRAM_PATH = "../book/images/diagrams/"  # how a chapter's .md points at a diagram
-SVG = "image/svg+xml"
-_DIAGRAM_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(DIAGRAM_PATH) + r"([a-z0-9_]+\.svg)\)")
-_ATTACHED_IMAGE = re.compile(r"(!\[[^\]]*\]\()attachment:([a-z0-9_]+\.svg)\)")
+SVG_DATA = "data:image/svg+xml;base64,"
+_DIAGRAM_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(DIAGRAM_PATH) + r"([a-z0-9_]+)\.svg\)")
+_EMBEDDED_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(SVG_DATA) + r"([A-Za-z0-9+/=]+)\)")
+_DIAGRAM_NAME = re.compile(r'<svg\b[^>]*\bdata-diagram="([a-z0-9_]+)"')
 
 
-def attach_diagrams(cell: nbformat.NotebookNode, diagrams: Path = DIAGRAMS) -> None:
-    """In a markdown cell, every diagram becomes a cell attachment: ``![alt](attachment:NAME.svg)``, with the
-    SVG file inside the cell (base64, as Jupyter stores attachments). A notebook opened alone shows it."""
-    attachments = {}
+def embed_diagrams(source: str, diagrams: Path = DIAGRAMS) -> str:
+    """A markdown cell's diagrams written into it: ``![alt](data:image/svg+xml;base64,...)``, so that a notebook
+    opened alone shows them. Colab, JupyterLab, the classic Notebook, VS Code and nbconvert all draw such an
+    image; JupyterLab draws no SVG cell attachment (jupyterlab/jupyterlab#10464), which is why not those."""
 
-    def attach(match: re.Match) -> str:
-        name = match.group(2)
-        attachments[name] = {SVG: base64.b64encode((diagrams / name).read_bytes()).decode("ascii")}
-        return f"{match.group(1)}attachment:{name})"
+    def embed(match: re.Match) -> str:
+        data = base64.b64encode((diagrams / f"{match.group(2)}.svg").read_bytes()).decode("ascii")
+        return f"{match.group(1)}{SVG_DATA}{data})"
 
-    cell.source = _DIAGRAM_IMAGE.sub(attach, cell.source)
-    if attachments:
-        cell.attachments = attachments
-    else:
-        cell.pop("attachments", None)
+    return _DIAGRAM_IMAGE.sub(embed, source)
 
 
-def detach_diagrams(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The reverse of :func:`attach_diagrams`, for the book's build: each attached diagram points at its file
-    again (the book draws it inline from there, in the page's colour mode) and leaves the cell."""
+def unembed_diagrams(source: str) -> str:
+    """The reverse of :func:`embed_diagrams`, for the book's build: each diagram points at its file again (the
+    book draws it inline from there, in the page's colour mode). The SVG names itself (``data-diagram``)."""
+
+    def point(match: re.Match) -> str:
+        svg = base64.b64decode(match.group(2)).decode("utf-8")
+        return f"{match.group(1)}{DIAGRAM_PATH}{_DIAGRAM_NAME.search(svg).group(1)}.svg)"
+
+    return _EMBEDDED_IMAGE.sub(point, source)
+
+
+def unembed_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """:func:`unembed_diagrams` for every markdown cell of ``nb``."""
     for cell in nb.cells:
-        attachments = cell.get("attachments", {})
-        if cell.cell_type != "markdown" or not attachments:
-            continue
-        names = {m.group(2) for m in _ATTACHED_IMAGE.finditer(cell.source)}
-        cell.source = _ATTACHED_IMAGE.sub(lambda m: f"{m.group(1)}{DIAGRAM_PATH}{m.group(2)})", cell.source)
-        for name in names:
-            attachments.pop(name, None)
-        if not attachments:
-            del cell["attachments"]
+        if cell.cell_type == "markdown":
+            cell.source = unembed_diagrams(cell.source)
     return nb
 
 
 def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
-    """The paired notebook for a .md source: same cells, no outputs, the diagrams attached."""
+    """The paired notebook for a .md source: same cells, no outputs, the diagrams written into it."""
     nb = read_md(md_path)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
         elif cell.cell_type == "markdown":
-            attach_diagrams(cell)
+            cell.source = embed_diagrams(cell.source)
     return nb
 
 
-def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str, str]]:
-    """What must agree between the .md and the .ipynb: each cell's type, source, tags, myst-nb options
-    (the ``mystnb`` metadata, which carries an image output's alt text) and attachments (the diagrams)."""
+def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str]]:
+    """What must agree between the .md and the .ipynb: each cell's type, source (with its diagrams), tags and
+    myst-nb options (the ``mystnb`` metadata, which carries an image output's alt text)."""
     return [
         (
             c.cell_type,
             c.source,
             tuple(c.get("metadata", {}).get("tags", [])),
             json.dumps(c.get("metadata", {}).get("mystnb", {}), sort_keys=True),
-            json.dumps(c.get("attachments", {}), sort_keys=True),
         )
         for c in nb.cells
     ]
@@ -332,7 +330,7 @@ def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False
             missing.append(str(executed_nb))
             continue
         (src / "chapters").mkdir(exist_ok=True)
-        nbformat.write(detach_diagrams(nbformat.read(executed_nb, as_version=4)), src / "chapters" / name)
+        nbformat.write(unembed_notebook(nbformat.read(executed_nb, as_version=4)), src / "chapters" / name)
     exported = executed / "exported"  # models the chapters exported (attnbook.export), for the pages that run them
     if exported.is_dir():
         shutil.copytree(exported, src / "exported", ignore=shutil.ignore_patterns("*.pt"))
