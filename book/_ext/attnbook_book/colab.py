@@ -14,7 +14,7 @@ date and source in its header). From it:
 Run as a program:
 
     python -m attnbook_book.colab constraints PIP_FREEZE --source TEXT > colab_constraints.txt
-    python -m attnbook_book.colab python                        # Colab's Python on this machine
+    python -m attnbook_book.colab python [3.X]                  # Colab's Python (or 3.X) on this machine
     python colab.py install CHAPTER.ipynb... --local DIR        # install as the setup cells do, changing nothing
     python colab.py changed PYTHON [--ignore NAME,...]          # Colab's packages this environment changed
     python -m attnbook_book.colab times COLAB.json HERE.json    # execution times there against here
@@ -336,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     reqs = sub.add_parser("requirements", help="the distinct installs of the chapters' setup cells, one a line")
     reqs.add_argument("notebooks", nargs="+", type=Path)
     reqs.add_argument("--local", type=Path, help="take the library from this folder instead of the repository")
-    sub.add_parser("python", help="an interpreter of Colab's Python on this machine")
+    which = sub.add_parser("python", help="an interpreter of Colab's Python (or of VERSION) on this machine")
+    which.add_argument("version", nargs="?", help="a Python version, 3.X (default: Colab's)")
     setup = sub.add_parser("install", help="install as the chapters' setup cells do; fail if that changes anything")
     setup.add_argument("notebooks", nargs="+", type=Path)
     setup.add_argument("--local", type=Path, required=True, help="the library's source (a copy of this checkout)")
@@ -362,11 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         for install in seen:
             print(json.dumps(install))
     elif args.command == "python":
-        found = find_python(python_version())
+        version = args.version or python_version()
+        found = find_python(version)
         if found is None:
-            raise SystemExit(
-                f"no Python {python_version()} here (Colab's): install it, e.g. `pyenv install {python_version()}`"
-            )
+            raise SystemExit(f"no Python {version} here: install it, e.g. `pyenv install {version}`")
         print(found)
     elif args.command == "install":
         problems = install_as_setup_cells(args.notebooks, args.local, args.constraints)
