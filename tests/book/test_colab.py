@@ -165,24 +165,25 @@ def test_the_setup_cells_change_none_of_colabs_packages(colab_environment):
     assert not problems, "the setup cell would change Colab's packages:\n" + "\n".join(problems)
 
 
-def test_the_how_to_page_says_what_was_tested_where():
-    """The how-to page names the Colab list the tests use (its date), Colab's versions of the packages that
-    matter, and the lowest versions the library declares: what it says is what the tests use."""
-    page = " ".join((REPO / "book" / "how_to_use.md").read_text().split())
+@pytest.mark.parametrize("page", ["how_to_use.md", "instructor_guide.md"])
+def test_the_pages_say_what_was_tested_where(page):
+    """The how-to and instructor pages name the Colab list the tests use (its date), Colab's versions of the
+    packages that matter, the book's own and the lowest versions the library declares, and the release the
+    setup cells install: what they say is what the tests use."""
+    text = " ".join((REPO / "book" / page).read_text().split())
     date = re.search(r"\b(20\d\d)-(\d\d)-(\d\d)\b", colab.CONSTRAINTS.read_text()).groups()
-    month = calendar.month_name[int(date[1])]
-    assert f"{int(date[2])} {month} {date[0]}" in page, "the date of Colab's list"
-    assert f"Python {colab.python_version()}" in page
-    assert f"PyTorch {'.'.join(COLAB['torch'].split('.')[:2])}" in page
-    assert f"ipywidgets {COLAB['ipywidgets']}" in page
-    assert f"protobuf {'.'.join(COLAB['protobuf'].split('.')[:2])}" in page
+    assert f"{int(date[2])} {calendar.month_name[int(date[1])]} {date[0]}" in text, "the date of Colab's list"
+    assert f"Python {colab.python_version()}" in text
+    assert f"PyTorch {'.'.join(COLAB['torch'].split('.')[:2])}" in text
+    assert f"ipywidgets {COLAB['ipywidgets']}" in text
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     python_floor = re.fullmatch(r">=(\d+\.\d+)", project["requires-python"]).group(1)
-    torch_floor = next(re.fullmatch(r"torch>=(\d+\.\d+)", r).group(1) for r in project["dependencies"]
-                       if r.startswith("torch"))  # fmt: skip
-    export_floor = next(re.fullmatch(r"torch>=(\d+\.\d+)", r).group(1)
-                        for r in project["optional-dependencies"]["export"] if r.startswith("torch"))  # fmt: skip
-    assert f"Python {python_floor}, PyTorch {torch_floor} ({export_floor} for the export" in page
+
+    def torch_floor(requirements):
+        return next(re.fullmatch(r"torch>=(\d+\.\d+)", r).group(1) for r in requirements if r.startswith("torch"))
+
+    floors = f"Python {python_floor}, PyTorch {torch_floor(project['dependencies'])}"
+    assert f"{floors} ({torch_floor(project['optional-dependencies']['export'])} for the export" in text
     book_torch = re.search(r"^torch==(\d+\.\d+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
-    assert f"PyTorch {book_torch}" in page
-    assert notebooks.release_tag() in page
+    assert f"PyTorch {book_torch}" in text
+    assert notebooks.release_tag() in text
