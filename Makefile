@@ -181,9 +181,9 @@ test-gpu: python-env
 # The promise of pyproject.toml, tested: the lowest declared version of every dependency (the library's and the
 # extras the tests use) in an environment of its own, at the lowest Python requires-python admits (pyenv's), with
 # torch at its floor from the registry (its CUDA build, run on the CPU): the library, exercise and grading tests
-# and the chapters that need the newest of what sets the floors (nn.RMSNorm, torch.amp.GradScaler on the CPU,
-# torch.nn.attention). Then torch at the export extra's own floor (the torch.export-based exporter): the export's
-# tests and a chapter with a model in the page. About 11 GB of disk; most of its time goes to downloading torch.
+# and chapters that use what sets the floors (float16 and nn.RMSNorm on the CPU, torch.nn.attention, GradScaler on
+# the CPU). Then torch at the export extra's own floor (torch.compiler.is_exporting): the export's tests and a
+# chapter with a model in the page. Most of its time goes to downloading torch, twice.
 # onnxruntime floats: its floor (1.18) needs numpy >= 1.24.2, above numpy's own floor.
 COMPAT := $(BUILD)/compat
 COMPAT_PY := $(COMPAT)/venv/bin/python
