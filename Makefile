@@ -117,6 +117,7 @@ html: python-env npm-assets diagrams
 	$(BIN)/jupyter-book build $(BUILD)/src --path-output $(BUILD)/site -n $(if $(PARTIAL),,-W) --keep-going
 	rm -rf $(BUILD)/html
 	mv $(BUILD)/site/_build/html $(BUILD)/html
+	$(PY) -m attnbook_book.notebooks embed $(BUILD)/html/_sources/chapters >/dev/null
 	@echo "The book is in $(BUILD)/html/index.html"
 
 # The PDF edition: Chromium prints the built pages into one book (attnbook_book.pdf), offline; a copy goes to

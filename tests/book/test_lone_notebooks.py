@@ -98,3 +98,16 @@ def test_a_lone_notebook_draws_every_diagram(md, tmp_path, chromium):
         assert image["dark"] < 0.25 and image["coloured"] > 0.01, (
             f"{md.name}, diagram {k + 1} ({image['alt']}): {image['dark']:.0%} dark, {image['coloured']:.0%} coloured"
         )
+
+
+@pytest.mark.site
+def test_the_notebooks_the_site_offers_for_download_carry_their_diagrams():
+    """Each chapter page's download button gives its executed notebook: with its diagrams written in."""
+    from site_helpers import HTML, built_toc
+
+    pages = [entry for entry in built_toc() if entry.startswith("chapters/")]
+    assert pages, f"no chapter in the book built in {HTML}"
+    for entry in pages:
+        md = notebooks.REPO / f"{entry}.md"
+        text = "".join(c.source for c in nbformat.read(HTML / "_sources" / f"{entry}.ipynb", as_version=4).cells)
+        assert len(notebooks._EMBEDDED_IMAGE.findall(text)) == DIAGRAMS[md] and "../book/images" not in text, entry

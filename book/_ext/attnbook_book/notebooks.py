@@ -13,6 +13,7 @@ Run as a program:
     python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
                                                         # the grader's list of exercises from them
     python -m attnbook_book.notebooks pin               # the setup cells install the version of pyproject.toml
+    python -m attnbook_book.notebooks embed FOLDER      # the diagrams written into the notebooks of FOLDER
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
 """
@@ -137,6 +138,22 @@ def unembed_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if cell.cell_type == "markdown":
             cell.source = unembed_diagrams(cell.source)
     return nb
+
+
+def embed_folder(folder: Path, diagrams: Path = DIAGRAMS) -> list[Path]:
+    """:func:`embed_diagrams` in every notebook of ``folder`` (the executed notebooks the built site offers for
+    download, outputs kept); return those that changed."""
+    changed = []
+    for path in sorted(folder.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        before = [c.source for c in nb.cells]
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                cell.source = embed_diagrams(cell.source, diagrams)
+        if [c.source for c in nb.cells] != before:
+            nbformat.write(nb, path)
+            changed.append(path)
+    return changed
 
 
 def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
@@ -370,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync")
     sub.add_parser("pin", help="point the setup cells at the release of pyproject.toml's version")
+    embedding = sub.add_parser("embed", help="write the diagrams into every notebook of a folder")
+    embedding.add_argument("folder", type=Path)
     student = sub.add_parser("student")
     student.add_argument("out", type=Path)
     staging = sub.add_parser("stage")
@@ -387,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(REPO)}")
         for path in sync():
             print(f"wrote {path.relative_to(REPO)}")
+    elif args.command == "embed":
+        for path in embed_folder(args.folder):
+            print(f"wrote {path}")
     elif args.command == "student":
         for path in write_student(args.out):
             print(f"wrote {path}")
