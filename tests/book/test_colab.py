@@ -59,7 +59,8 @@ def test_the_setup_cell_installs_the_books_release(md):
     pyproject.toml), with extras the package has, so that a notebook and its library always agree."""
     installs = installs_of(md)
     books = [colab.book_requirement(r) for args in installs for r in args if r.startswith("attnbook")]
-    assert len(books) == 1 and books[0] is not None, f"{md.name}: the setup cell must install attnbook once: {installs}"
+    assert len(books) == 1, f"{md.name}: the setup cell must install attnbook once: {installs}"
+    assert books[0] is not None, f"{md.name} installs the repository's head, not a release: run `make pin`"
     name, url, ref = books[0]
     assert url == URL, f"{md.name} installs from {url}, not the book's repository {URL}"
     assert ref == notebooks.release_tag(), (
@@ -72,6 +73,10 @@ def test_the_setup_cell_installs_the_books_release(md):
 def test_pin_points_every_setup_cell_at_a_release(tmp_path):
     for md in SOURCES[:2]:
         shutil.copy2(md, tmp_path / md.name)
+    # a page written before the setup cells were pinned (a new chapter from an older branch)
+    unpinned = tmp_path / SOURCES[0].name
+    unpinned.write_text(re.sub(r"(git\+\{REPO\})@v[0-9.]+", r"\1", unpinned.read_text()))
+    assert 'git+{REPO}"' in unpinned.read_text()
     changed = notebooks.pin(tmp_path, "v9.8.7")
     assert sorted(p.name for p in changed) == sorted(p.name for p in SOURCES[:2])
     for md in changed:

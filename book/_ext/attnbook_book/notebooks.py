@@ -195,7 +195,8 @@ def sync(root: Path = CHAPTERS) -> list[Path]:
 
 
 _VERSION = re.compile(r'^version = "([^"]+)"$', re.M)
-_SETUP_TAG = re.compile(r"(git\+\{REPO\}@)v[0-9][0-9A-Za-z.]*")  # in a setup cell: f"attnbook @ git+{REPO}@v0.2.0"
+# in a setup cell: f"attnbook @ git+{REPO}@v0.2.0" (or, not pinned yet, f"attnbook @ git+{REPO}")
+_SETUP_TAG = re.compile(r'(git\+\{REPO\})(?:@v[0-9][0-9A-Za-z.]*)?"')
 
 
 def book_version(repo: Path = REPO) -> str:
@@ -215,7 +216,7 @@ def pin(root: Path = CHAPTERS, tag: str | None = None) -> list[Path]:
     changed = []
     for md in chapter_sources(root):
         text = md.read_text()
-        fresh = _SETUP_TAG.sub(lambda m: m.group(1) + tag, text)
+        fresh = _SETUP_TAG.sub(lambda m: f'{m.group(1)}@{tag}"', text)
         if fresh != text:
             md.write_text(fresh)
             changed.append(md)
