@@ -186,6 +186,8 @@ test-gpu: python-env
 # the CPU). Then torch at the export extra's own floor (torch.compiler.is_exporting): the export's tests and a
 # chapter with a model in the page. Most of its time goes to downloading torch, twice.
 # onnxruntime floats: its floor (1.18) needs numpy >= 1.24.2, above numpy's own floor.
+# setuptools at the build-system floor, with wheel (which setuptools 68 needs to build): tests/lib/test_install.py
+# builds the package without build isolation.
 COMPAT := $(BUILD)/compat
 COMPAT_PY := $(COMPAT)/venv/bin/python
 COMPAT_NB := chapters/03_bahdanau_attention.ipynb chapters/09_1_flash_attention.ipynb \
@@ -202,7 +204,7 @@ test-compat: python-env
 	$$($(PY) -m attnbook_book.colab python $(PYTHON_FLOOR)) -m venv $(COMPAT)/venv
 	$(FLOORS) --extras test,hf,export,grade --skip torch --float onnxruntime > $(COMPAT)/floors.txt
 	$(COMPAT_PY) -m pip install -q torch==$$($(FLOORS) --floor torch) -r $(COMPAT)/floors.txt nbval jupytext \
-		setuptools==$(SETUPTOOLS_FLOOR)
+		setuptools==$(SETUPTOOLS_FLOOR) wheel
 	$(COMPAT_PY) -m pip install -q --no-deps -e . -e book/_ext
 	$(COMPAT_PY) -m pip check
 	$(COMPAT_PY) -m pip list --format=freeze > $(COMPAT)/installed.txt
