@@ -36,7 +36,8 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 LINTED := lib book/_ext tests benchmarks
 
 .PHONY: help setup python-env npm-assets chromium poppler diagrams sync execute html pdf book test test-lib \
-	test-mutation test-notebooks test-site test-pdf test-gpu test-compat student bench clean lint format check
+	test-mutation test-notebooks test-site test-jupyter test-pdf test-gpu test-compat test-colab pin student bench \
+	clean lint format check
 
 help:
 	@echo "The two commands:"
@@ -47,19 +48,22 @@ help:
 	@echo "  make lint      ruff over the library, tools and tests; the chapters' code at 79 columns"
 	@echo "  make format    format the library, tools and tests (ruff) and the chapters' code (79 columns)"
 	@echo "  make sync      rewrite chapters/*.ipynb from chapters/*.md after editing a chapter"
+	@echo "  make pin       after a version change in pyproject.toml: the setup cells install that release"
 	@echo "  make diagrams  redraw book/images/diagrams/*.svg from their sources (attnbook_book.diagrams)"
 	@echo "  make pdf       print the built HTML book into $(PDF) (and the site's root)"
 	@echo "  make test-pdf  check that PDF: every chapter, bookmarks, contents, glyphs, margins, links"
 	@echo "  make execute html test-site BUILD=_build/one NB=chapters/04_queries_keys_values.ipynb PARTIAL=1"
 	@echo "                 execute, build and check one chapter"
-	@echo "  make test-lib  the library, exercise, grading and book-source tests (no notebooks, no browser)"
+	@echo "  make test-lib  the library, exercise, grading and book-source tests (no notebooks, no built book)"
 	@echo "  make test-mutation  every exercise's checker against the mutants of its solution, uncached"
+	@echo "  make test-jupyter  a chapter's explorers and progress bars in JupyterLab 4, driven in Chromium"
 	@echo "  make student   write the chapter notebooks without solutions into $(BUILD)/student"
 	@echo "  make setup     the virtual environment, the JavaScript assets and Chromium"
 	@echo "  make clean     remove $(BUILD)"
 	@echo "Elsewhere:"
 	@echo "  make test-gpu  library tests and notebooks on CUDA (needs a GPU)"
 	@echo "  make test-compat  the lowest declared versions of the dependencies: library tests, two chapters"
+	@echo "  make test-colab   Colab's environment (its published versions): the setup cells' install, every chapter"
 	@echo "  make bench     run the benchmarks in benchmarks/ (slow)"
 
 # --- set-up -------------------------------------------------------------------------------------
@@ -98,6 +102,10 @@ diagrams: python-env
 sync: python-env
 	$(PY) -m attnbook_book.notebooks sync
 
+# After changing the version in pyproject.toml: every chapter's setup cell installs that release (tag vX.Y.Z).
+pin: python-env
+	$(PY) -m attnbook_book.notebooks pin
+
 # Execute every chapter once with nbval: the asserts in the cells are the checks, the outputs are kept
 # for the build, and each chapter's time goes to $(BUILD)/reports/execution_times.json.
 execute: python-env
@@ -111,6 +119,7 @@ html: python-env npm-assets diagrams
 	$(BIN)/jupyter-book build $(BUILD)/src --path-output $(BUILD)/site -n $(if $(PARTIAL),,-W) --keep-going
 	rm -rf $(BUILD)/html
 	mv $(BUILD)/site/_build/html $(BUILD)/html
+	$(PY) -m attnbook_book.notebooks embed $(BUILD)/html/_sources/chapters >/dev/null
 	@echo "The book is in $(BUILD)/html/index.html"
 
 # The PDF edition: Chromium prints the built pages into one book (attnbook_book.pdf), offline; a copy goes to
@@ -132,6 +141,7 @@ test: setup
 	$(MAKE) html
 	$(MAKE) pdf
 	$(MAKE) test-site
+	$(MAKE) test-jupyter
 	$(MAKE) test-pdf
 	$(MAKE) student
 
@@ -151,7 +161,7 @@ format: python-env
 check: lint test-lib
 
 test-lib: python-env
-	$(PY) -m pytest tests -m "not site and not pdf" -p no:cacheprovider
+	$(PY) -m pytest tests -m "not site and not pdf and not jupyter" -p no:cacheprovider
 
 # Mutation testing of every exercise's checker, without the cache that test-lib's run keeps: the score per
 # exercise and chapter, and the killable mutants still accepted, in $(BUILD)/reports/mutation.{json,md}.
@@ -166,34 +176,93 @@ test-site: python-env
 	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m "site and not lighthouse" -p no:cacheprovider -n $(JOBS)
 	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m lighthouse -p no:cacheprovider
 
+# A chapter with explorers and progress bars run in JupyterLab 4 (ipywidgets 8), driven in Chromium
+# (tests/book/test_frontends.py; make test-colab runs it in the classic Notebook with Colab's ipywidgets 7).
+test-jupyter: python-env chromium
+	$(PY) -m pytest tests -m jupyter -p no:cacheprovider
+
 test-pdf: python-env
 	ATTNBOOK_HTML=$(BUILD)/html ATTNBOOK_PDF=$(PDF) $(PY) -m pytest tests -m pdf -p no:cacheprovider
 
 test-gpu: python-env
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU')"
-	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site and not pdf" -p no:cacheprovider
+	ATTNBOOK_DEVICE=cuda $(PY) -m pytest tests -m "not site and not pdf and not jupyter" -p no:cacheprovider
 	ATTNBOOK_DEVICE=cuda $(NBVAL) $(NB)
 
-# The promise of pyproject.toml, tested: the lowest declared version of every dependency (the library's and
-# the extras the tests use) in an environment of its own, with this machine's torch (the only one it has),
-# then the library, exercise and grading tests and two chapters that use every one of them.
+# The promise of pyproject.toml, tested: the lowest declared version of every dependency (the library's and the
+# extras the tests use) in an environment of its own, at the lowest Python requires-python admits (pyenv's), with
+# torch at its floor from the registry (its CUDA build, run on the CPU): the library, exercise and grading tests
+# and chapters that use what sets the floors (float16 and nn.RMSNorm on the CPU, torch.nn.attention, GradScaler on
+# the CPU). Then torch at the export extra's own floor (torch.compiler.is_exporting): the export's tests and a
+# chapter with a model in the page. Most of its time goes to downloading torch, twice.
 # onnxruntime floats: its floor (1.18) needs numpy >= 1.24.2, above numpy's own floor.
+# setuptools at the build-system floor, with wheel (which setuptools 68 needs to build): tests/lib/test_install.py
+# builds the package without build isolation.
 COMPAT := $(BUILD)/compat
 COMPAT_PY := $(COMPAT)/venv/bin/python
-COMPAT_NB := chapters/03_bahdanau_attention.ipynb chapters/10_vision_transformer.ipynb
+COMPAT_NB := chapters/03_bahdanau_attention.ipynb chapters/09_1_flash_attention.ipynb \
+	chapters/10_vision_transformer.ipynb chapters/11_modern_tweaks.ipynb chapters/14_1_memory_and_precision.ipynb
+COMPAT_EXPORT_NB := chapters/16_what_attention_learns.ipynb
+FLOORS := $(PY) book/_ext/attnbook_book/floors.py pyproject.toml
+PYTHON_FLOOR = $(shell sed -n 's/^requires-python = ">=\([0-9.]*\)"$$/\1/p' pyproject.toml)
+SETUPTOOLS_FLOOR = $(shell sed -n 's/^requires = \["setuptools>=\([0-9.]*\)"\]$$/\1/p' pyproject.toml)
+COMPAT_NBVAL := $(COMPAT_PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider
 
-test-compat:
+test-compat: python-env
 	rm -rf $(COMPAT)
-	$(PYTHON) -m venv $(COMPAT)/venv
-	$(COMPAT_PY) -m pip install -q torch==2.13.0
-	$(COMPAT_PY) book/_ext/attnbook_book/floors.py pyproject.toml --extras test,hf,export,grade --skip torch \
-		--float onnxruntime > $(COMPAT)/floors.txt
-	$(COMPAT_PY) -m pip install -q -r $(COMPAT)/floors.txt nbval jupytext
+	mkdir -p $(COMPAT)
+	$$($(PY) -m attnbook_book.colab python $(PYTHON_FLOOR)) -m venv $(COMPAT)/venv
+	$(FLOORS) --extras test,hf,export,grade --skip torch --float onnxruntime > $(COMPAT)/floors.txt
+	$(COMPAT_PY) -m pip install -q torch==$$($(FLOORS) --floor torch) -r $(COMPAT)/floors.txt nbval jupytext \
+		setuptools==$(SETUPTOOLS_FLOOR) wheel
 	$(COMPAT_PY) -m pip install -q --no-deps -e . -e book/_ext
 	$(COMPAT_PY) -m pip check
 	$(COMPAT_PY) -m pip list --format=freeze > $(COMPAT)/installed.txt
-	$(COMPAT_PY) -m pytest tests/lib tests/exercises tests/grading -m "not site and not pdf" -p no:cacheprovider
-	$(COMPAT_PY) -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider $(COMPAT_NB)
+	$(COMPAT_PY) -m pytest tests/lib tests/exercises tests/grading -m "not site and not pdf and not jupyter" \
+		-p no:cacheprovider --deselect tests/lib/test_export.py
+	$(COMPAT_NBVAL) $(COMPAT_NB)
+	$(COMPAT_PY) -m pip install -q torch==$$($(FLOORS) --extras export --floor torch)
+	$(COMPAT_PY) -m pip check
+	$(COMPAT_PY) -m pip list --format=freeze > $(COMPAT)/installed-export.txt
+	$(COMPAT_PY) -m pytest tests/lib/test_export.py -p no:cacheprovider
+	$(COMPAT_NBVAL) $(COMPAT_EXPORT_NB)
+	du -sh $(COMPAT)/venv
+
+# Where learners run the book: Colab's environment as Colab publishes it (book/_ext/attnbook_book/
+# colab_constraints.txt, with its date): Colab's Python from pyenv, torch at Colab's version from the registry
+# (its CUDA build, run on the CPU; with the CUDA build's own NCCL, not the one Colab's CPU runtime holds for
+# other packages), every package a chapter uses at Colab's version; then the library installed as the setup
+# cells install it (the same requirements and extras, the library from this checkout), which must change none
+# of those packages; then every chapter executed there, and the classic Notebook front end (ipywidgets 7, the
+# widgets Colab draws) driven in Chromium. About 8 GB of disk, and 5 minutes of downloads on a cold cache.
+COLAB := $(BUILD)/colab
+COLAB_PY := $(COLAB)/venv/bin/python
+COLAB_TOOL := book/_ext/attnbook_book/colab.py
+COLAB_PACKAGES := pip torch numpy pandas matplotlib plotly scikit-learn scipy tqdm regex ipywidgets \
+	widgetsnbextension jupyterlab_widgets ipython ipykernel jupyter_client nbformat nbconvert notebook protobuf \
+	transformers tokenizers pytest jupytext PyYAML
+
+test-colab: python-env chromium
+	rm -rf $(COLAB)
+	mkdir -p $(COLAB)/attnbook
+	$$($(PY) -m attnbook_book.colab python) -m venv $(COLAB)/venv
+	grep -v '^nvidia-' book/_ext/attnbook_book/colab_constraints.txt > $(COLAB)/constraints.txt
+	$(COLAB_PY) -m pip install -q -c $(COLAB)/constraints.txt $(COLAB_PACKAGES)
+	$(COLAB_PY) -m pip install -q -c $(COLAB)/constraints.txt nbval pytest-xdist
+	$(COLAB_PY) -m pip install -q --no-deps -e book/_ext
+	$(COLAB_PY) $(COLAB_TOOL) changed $(COLAB_PY) --ignore nvidia-nccl-cu13
+	cp pyproject.toml README.md $(COLAB)/attnbook/ && cp -r lib $(COLAB)/attnbook/
+	$(COLAB_PY) $(COLAB_TOOL) install $(NB) --local $(COLAB)/attnbook --constraints $(COLAB)/constraints.txt
+	$(COLAB_PY) $(COLAB_TOOL) changed $(COLAB_PY) --ignore nvidia-nccl-cu13
+	$(COLAB_PY) -m pip list --format=freeze > $(COLAB)/installed.txt
+	ATTNBOOK_EXPORT_DIR=$(abspath $(COLAB))/executed/exported $(COLAB_PY) -m pytest -p attnbook_book.pytest_plugin \
+		--nbval-lax --nbval-current-env --nbval-cell-timeout=900 -p no:cacheprovider -n $(JOBS) --dist loadfile \
+		--executed-dir $(COLAB)/executed --times-report $(COLAB)/execution_times.json $(NB)
+	ATTNBOOK_JUPYTER_UI=classic ATTNBOOK_JUPYTER_PYTHON=$(abspath $(COLAB_PY)) $(PY) -m pytest tests -m jupyter \
+		-p no:cacheprovider
+	$(if $(wildcard $(BUILD)/reports/execution_times.json),$(PY) -m attnbook_book.colab times \
+		$(COLAB)/execution_times.json $(BUILD)/reports/execution_times.json)
+	du -sh $(COLAB)/venv
 
 bench: python-env
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script; done

@@ -4,4 +4,4 @@ One concept per module; each chapter of the book builds a concept from scratch, 
 the library (or PyTorch), then uses the library from there on.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -25,8 +25,16 @@ CAPTION = (
 
 
 def enable_colab_widgets() -> bool:
-    """Turn on Colab's custom widget manager (needed for ipywidgets 8); return True when in Colab."""
+    """In Colab with ipywidgets 8, turn on Colab's custom widget manager; return True when it was turned on.
+
+    Colab's front end draws the widgets of its own ipywidgets (7) as they are; only ipywidgets 8 needs
+    Colab's custom manager, so with ipywidgets 7 (and outside Colab) this does nothing.
+    """
     if "google.colab" not in sys.modules:
+        return False
+    import ipywidgets
+
+    if int(ipywidgets.__version__.split(".")[0]) < 8:
         return False
     from google.colab import output  # type: ignore[import-not-found]
 

@@ -130,6 +130,20 @@ def test_command_line_flags_and_config_file(tmp_path, capsys):
         train_lm.main(["--d-model", "10", "--n-heads", "4"])
 
 
+def test_a_toml_config_file(tmp_path, capsys):
+    """TOML reads as JSON does (Python 3.11 and later, tomllib); before 3.11 the error says so and what to give."""
+    toml = tmp_path / "run.toml"
+    toml.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in {**TINY, "steps": 2, "eval_every": 2}.items()))
+    if sys.version_info < (3, 11):
+        with pytest.raises(SystemExit, match="TOML file needs Python 3.11 or later; give a JSON file"):
+            train_lm.main(["--config", str(toml), "--out", str(tmp_path / "run")])
+        return
+    assert train_lm.main(["--config", str(toml), "--out", str(tmp_path / "run")]) == 0
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["steps"] == 2 and saved["d_model"] == TINY["d_model"]
+    assert "finished at step 2/2" in capsys.readouterr().out
+
+
 def test_the_nanogpt_recipe_is_the_published_one():
     c = train_lm.RECIPES["nanogpt"]
     assert (c.n_layers, c.n_heads, c.d_model, c.block_size, c.batch_size, c.dropout, c.lr, c.steps) == (

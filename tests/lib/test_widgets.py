@@ -3,9 +3,12 @@
 import base64
 import html
 import re
+import sys
+import types
 
 import ipywidgets
 import matplotlib.pyplot as plt
+import pytest
 import torch
 from attnbook import viz, widgets
 
@@ -62,3 +65,16 @@ def test_picture_html_escapes_the_alt_text_and_closes_the_figure():
 
 def test_colab_detection_outside_colab():
     assert widgets.enable_colab_widgets() is False
+
+
+@pytest.mark.parametrize(("version", "turned_on"), [("7.7.1", False), ("8.1.9", True)])
+def test_colab_custom_widget_manager_only_for_ipywidgets_8(monkeypatch, version, turned_on):
+    """Colab draws ipywidgets 7 (its own) itself; only ipywidgets 8 needs its custom widget manager."""
+    calls = []
+    colab = types.ModuleType("google.colab")
+    colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: calls.append("on"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setattr(ipywidgets, "__version__", version)
+    assert widgets.enable_colab_widgets() is turned_on
+    box = widgets.temperature_explorer(torch.tensor([1.0, 0.0]))  # an explorer asks for it too
+    assert calls == (["on", "on"] if turned_on else []) and isinstance(box, ipywidgets.VBox)

@@ -4,10 +4,16 @@ A chapter is one page, ``chapters/NN_slug.md``, or several: the chapter's file k
 and each further page is ``chapters/NN_K_slug.md`` (K = 1, 2, ...), listed under the chapter in _toc.yml with
 ``sections:`` (numbered NN.1, NN.2 in the book). Every page is a notebook of its own.
 
+The paired ``.ipynb`` carries the chapter's diagrams (each SVG written into its markdown cell as a data URL), so
+that a notebook opened alone (in Colab, or downloaded) shows them; the ``.md`` points at ``book/images/diagrams/``,
+and the staged notebooks the book is built from point there again, for the book's inline, dark-mode-aware figures.
+
 Run as a program:
 
     python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
                                                         # the grader's list of exercises from them
+    python -m attnbook_book.notebooks pin               # the setup cells install the version of pyproject.toml
+    python -m attnbook_book.notebooks embed FOLDER      # the diagrams written into the notebooks of FOLDER
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import copy
 import json
 import re
@@ -94,18 +101,75 @@ def read_md(path: Path) -> nbformat.NotebookNode:
     return jupytext.read(path, fmt="md:myst")
 
 
+DIAGRAMS = REPO / "book" / "images" / "diagrams"
+DIAGRAM_PATH = "../book/images/diagrams/"  # how a chapter's .md points at a diagram
+SVG_DATA = "data:image/svg+xml;base64,"
+_DIAGRAM_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(DIAGRAM_PATH) + r"([a-z0-9_]+)\.svg\)")
+_EMBEDDED_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(SVG_DATA) + r"([A-Za-z0-9+/=]+)\)")
+_DIAGRAM_NAME = re.compile(r'<svg\b[^>]*\bdata-diagram="([a-z0-9_]+)"')
+
+
+def embed_diagrams(source: str, diagrams: Path = DIAGRAMS) -> str:
+    """A markdown cell's diagrams written into it: ``![alt](data:image/svg+xml;base64,...)``, so that a notebook
+    opened alone shows them. Colab, JupyterLab, the classic Notebook, VS Code and nbconvert all draw such an
+    image; JupyterLab draws no SVG cell attachment (jupyterlab/jupyterlab#10464), which is why not those."""
+
+    def embed(match: re.Match) -> str:
+        data = base64.b64encode((diagrams / f"{match.group(2)}.svg").read_bytes()).decode("ascii")
+        return f"{match.group(1)}{SVG_DATA}{data})"
+
+    return _DIAGRAM_IMAGE.sub(embed, source)
+
+
+def unembed_diagrams(source: str) -> str:
+    """The reverse of :func:`embed_diagrams`, for the book's build: each diagram points at its file again (the
+    book draws it inline from there, in the page's colour mode). The SVG names itself (``data-diagram``)."""
+
+    def point(match: re.Match) -> str:
+        svg = base64.b64decode(match.group(2)).decode("utf-8")
+        return f"{match.group(1)}{DIAGRAM_PATH}{_DIAGRAM_NAME.search(svg).group(1)}.svg)"
+
+    return _EMBEDDED_IMAGE.sub(point, source)
+
+
+def unembed_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """:func:`unembed_diagrams` for every markdown cell of ``nb``."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = unembed_diagrams(cell.source)
+    return nb
+
+
+def embed_folder(folder: Path, diagrams: Path = DIAGRAMS) -> list[Path]:
+    """:func:`embed_diagrams` in every notebook of ``folder`` (the executed notebooks the built site offers for
+    download, outputs kept); return those that changed."""
+    changed = []
+    for path in sorted(folder.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        before = [c.source for c in nb.cells]
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                cell.source = embed_diagrams(cell.source, diagrams)
+        if [c.source for c in nb.cells] != before:
+            nbformat.write(nb, path)
+            changed.append(path)
+    return changed
+
+
 def to_ipynb(md_path: Path) -> nbformat.NotebookNode:
-    """The paired notebook for a .md source: same cells, no outputs."""
+    """The paired notebook for a .md source: same cells, no outputs, the diagrams written into it."""
     nb = read_md(md_path)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = embed_diagrams(cell.source)
     return nb
 
 
 def cell_signature(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...], str]]:
-    """What must agree between the .md and the .ipynb: each cell's type, source, tags and myst-nb options
-    (the ``mystnb`` metadata, which carries an image output's alt text)."""
+    """What must agree between the .md and the .ipynb: each cell's type, source (with its diagrams), tags and
+    myst-nb options (the ``mystnb`` metadata, which carries an image output's alt text)."""
     return [
         (
             c.cell_type,
@@ -127,6 +191,35 @@ def sync(root: Path = CHAPTERS) -> list[Path]:
             continue
         jupytext.write(fresh, ipynb, fmt="ipynb")
         changed.append(ipynb)
+    return changed
+
+
+_VERSION = re.compile(r'^version = "([^"]+)"$', re.M)
+# in a setup cell: f"attnbook @ git+{REPO}@v0.2.0" (or, not pinned yet, f"attnbook @ git+{REPO}")
+_SETUP_TAG = re.compile(r'(git\+\{REPO\})(?:@v[0-9][0-9A-Za-z.]*)?"')
+
+
+def book_version(repo: Path = REPO) -> str:
+    """The book's release, ``version`` of the library's ``pyproject.toml`` (the one place it is written)."""
+    return _VERSION.search((repo / "pyproject.toml").read_text()).group(1)
+
+
+def release_tag(repo: Path = REPO) -> str:
+    """The git tag of the book's release (``v0.2.0``), which every chapter's setup cell installs in Colab."""
+    return "v" + book_version(repo)
+
+
+def pin(root: Path = CHAPTERS, tag: str | None = None) -> list[Path]:
+    """Point every chapter's setup cell at the release ``tag`` (default: pyproject.toml's version); return the
+    .md sources that changed. Run `make sync` afterwards."""
+    tag = tag or release_tag()
+    changed = []
+    for md in chapter_sources(root):
+        text = md.read_text()
+        fresh = _SETUP_TAG.sub(lambda m: f'{m.group(1)}@{tag}"', text)
+        if fresh != text:
+            md.write_text(fresh)
+            changed.append(md)
     return changed
 
 
@@ -255,7 +348,7 @@ def stage(executed: Path, src: Path, repo: Path = REPO, *, partial: bool = False
             missing.append(str(executed_nb))
             continue
         (src / "chapters").mkdir(exist_ok=True)
-        shutil.copy2(executed_nb, src / "chapters" / name)
+        nbformat.write(unembed_notebook(nbformat.read(executed_nb, as_version=4)), src / "chapters" / name)
     exported = executed / "exported"  # models the chapters exported (attnbook.export), for the pages that run them
     if exported.is_dir():
         shutil.copytree(exported, src / "exported", ignore=shutil.ignore_patterns("*.pt"))
@@ -294,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnbook_book.notebooks")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync")
+    sub.add_parser("pin", help="point the setup cells at the release of pyproject.toml's version")
+    embedding = sub.add_parser("embed", help="write the diagrams into every notebook of a folder")
+    embedding.add_argument("folder", type=Path)
     student = sub.add_parser("student")
     student.add_argument("out", type=Path)
     staging = sub.add_parser("stage")
@@ -306,6 +402,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(REPO)}")
         if write_exercise_manifest():
             print(f"wrote {catalog.MANIFEST}")
+    elif args.command == "pin":
+        for path in pin():
+            print(f"wrote {path.relative_to(REPO)}")
+        for path in sync():
+            print(f"wrote {path.relative_to(REPO)}")
+    elif args.command == "embed":
+        for path in embed_folder(args.folder):
+            print(f"wrote {path}")
     elif args.command == "student":
         for path in write_student(args.out):
             print(f"wrote {path}")

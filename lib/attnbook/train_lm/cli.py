@@ -59,6 +59,8 @@ def _read_config_file(path: str) -> dict:
     text = file.read_text()
     try:
         if file.suffix == ".toml":
+            if sys.version_info < (3, 11):
+                raise SystemExit(f"--config: {path}: a TOML file needs Python 3.11 or later; give a JSON file")
             import tomllib
 
             return tomllib.loads(text)
