@@ -4,8 +4,9 @@ Part 1, induction heads. The chapter's attention-only transformers (two layers, 
 steps, data and width) are trained with the chapter's recipe (``RECIPE``, which the chapter checks against
 its own) on five seeds. For each run: the losses on the first half and on the repeat every 25 steps, the
 step of the phase change (the first evaluation at which the loss on the repeat is below ln(V) / 2), every
-head's prefix-matching and previous-token scores at the end, the loss on the repeat with each head removed,
-and how often each attribution method points at the token the prediction copies.
+head's prefix-matching and previous-token scores at the end, the loss on the repeat with each head removed
+(by zero, and by its mean at each position over a reference batch of each probe length), the circuit read
+from the weights, and how often each attribution method points at the token the prediction copies.
 
 Part 2, the lab's GPT. ``train_lm``'s book recipe (the lab's) trained with three seeds. Seed 1337's weights
 are written in float16 to ``lib/attnbook/data_files/lab_gpt/lab_gpt.pt``, the model ``interpret.load_lab_gpt``
@@ -57,17 +58,16 @@ def train_induction(n_layers: int, seed: int, recipe: dict, steps: int | None = 
 
 
 @torch.no_grad()
-def induction_ablations(model, probes: dict, means: list | None = None) -> dict:
+def induction_ablations(model, probes: dict, means: dict | None = None) -> dict:
     """The loss on the repeat with each head removed, and with both heads of the second layer removed: by zero
-    (``means`` None) or by each head's mean (mean-ablation)."""
+    (``means`` None) or by each head's per-position means (``interpret_experiment.reference_means``)."""
     out = {}
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     choices = {f"L{l + 1}H{h + 1}": [(l, h)] for l in range(n_layers) for h in range(n_heads)}
     if n_layers > 1:
         choices["both heads of layer 2"] = [(1, h) for h in range(n_heads)]
     for name, heads in choices.items():
-        with interpret.ablate_heads(model, heads, means=means):
-            out[name] = interpret_experiment.measure(model, probes)["repeat"]
+        out[name] = interpret_experiment.measure_without(model, probes, heads, means)["repeat"]
     return out
 
 
@@ -114,28 +114,35 @@ def circuit_measures(model, probes: dict) -> dict:
     - "OV top-1" and "OV copying": every head's full OV circuit, the share of letters whose own logit it
       raises most and Elhage et al.'s eigenvalue copying score;
     - "QK direct top-1": for each layer-2 head, the share of query letters whose largest score is on a key
-      holding the same letter; "QK through LlHh top-1": on a key into which that layer-1 head wrote the letter;
-    - "composition": the Q-, K- and V-composition score of every (layer-1 head, layer-2 head) pair;
+      holding the same letter, and "QK direct rank" how many other keys score higher than that one, on
+      average; "QK through LlHh top-1": on a key into which that layer-1 head wrote the letter, and "QK
+      through LlHh lead" how far that key's score is above the best other key's, on average;
+    - "composition", "composition, tokens", "composition, positions": the Q-, K- and V-composition score of
+      every (layer-1 head, layer-2 head) pair, over the whole stream and on its token or position part;
     - "DLA lift" and "DLA top-1": on the repeats of the distinct probes, how far each part's direct
       contribution lifts the right letter's logit above the mean letter's, and how often it ranks it first.
     """
     L, H = model.config.n_layers, model.config.n_heads
     heads = [(l, h) for l in range(L) for h in range(H)]
     name = lambda l, h: f"L{l + 1}H{h + 1}"  # noqa: E731
-    out = {"OV top-1": {}, "OV copying": {}, "QK direct top-1": {}, "composition": {}}
+    parts = {"composition": None, "composition, tokens": "tokens", "composition, positions": "positions"}
+    out = {"OV top-1": {}, "OV copying": {}, "QK direct top-1": {}, "QK direct rank": {}} | {k: {} for k in parts}
     for l, h in heads:
         ov = circuits.ov_circuit(model, l, h)
         out["OV top-1"][name(l, h)] = circuits.diagonal_top1(ov).item()
         out["OV copying"][name(l, h)] = circuits.copying_score(ov).item()
     for h in range(H):
-        out["QK direct top-1"][name(1, h)] = circuits.diagonal_top1(circuits.qk_circuit(model, 1, h)).item()
+        direct = circuits.qk_circuit(model, 1, h)
+        out["QK direct top-1"][name(1, h)] = circuits.diagonal_top1(direct).item()
+        out["QK direct rank"][name(1, h)] = circuits.diagonal_rank(direct).item()
         for h1 in range(H):
             through = circuits.qk_circuit(model, 1, h, keys_through=(0, h1))
             out.setdefault(f"QK through {name(0, h1)} top-1", {})[name(1, h)] = circuits.diagonal_top1(through).item()
+            out.setdefault(f"QK through {name(0, h1)} lead", {})[name(1, h)] = circuits.diagonal_lead(through).item()
             pair = f"{name(0, h1)} -> {name(1, h)}"
-            out["composition"][pair] = {
-                k: v.item() for k, v in circuits.composition_scores(model, (0, h1), (1, h)).items()
-            }
+            for key, part in parts.items():
+                scores = circuits.composition_scores(model, (0, h1), (1, h), part=part)
+                out[key][pair] = {k: v.item() for k, v in scores.items()}
     lift, top1 = {}, {}
     for M, (_, distinct) in probes.items():
         parts, names = circuits.direct_logit_attribution(model, distinct[:, :-1])  # (B, 2M - 1, C, V)
@@ -159,7 +166,7 @@ def run_induction(seeds: list[int], recipe: dict, smoke: bool) -> dict:
         for n_layers in (2, 1):
             t0 = time.perf_counter()
             model, eval_steps, curve, seconds = train_induction(n_layers, seed, recipe, steps)
-            means = interpret.mean_heads(model, probes[max(probes)][0])  # over the longest probes
+            means = interpret_experiment.reference_means(model, recipe)  # per length and position
             run = {
                 "seed": seed,
                 "n_layers": n_layers,
@@ -184,9 +191,13 @@ def run_induction(seeds: list[int], recipe: dict, smoke: bool) -> dict:
                 f"{run['phase_change_step']} ({time.perf_counter() - t0:.1f} s)",
                 flush=True,
             )
-    g = torch.Generator().manual_seed(0)
-    baseline = circuits.random_composition_score(recipe["d_model"], recipe["d_model"] // recipe["n_heads"], generator=g)
-    return {"recipe": recipe, "random_composition_score": round(baseline.item(), 5), "runs": runs}
+    D, Dh = recipe["d_model"], recipe["d_model"] // recipe["n_heads"]
+    baselines = {}
+    for key, rows in (("whole stream", None), ("tokens", recipe["vocab_size"])):
+        g = torch.Generator().manual_seed(0)
+        scores = circuits.random_composition_scores(D, Dh, n_rows=rows, samples=2000, generator=g)
+        baselines[key] = {"mean": scores.mean().item(), "std": scores.std().item(), "q99": scores.quantile(0.99).item()}
+    return {"recipe": recipe, "random_composition_scores": _rounded(baselines), "runs": runs}
 
 
 def _rounded(tree):
@@ -352,6 +363,25 @@ def spread(values) -> str:
     return f"{statistics.median(values):.3g} ({min(values):.3g} to {max(values):.3g})"
 
 
+def _previous_token_heads(run: dict) -> list[str]:
+    """The layer-1 heads of a run with a previous-token score above 0.4 (the best one at least)."""
+    scores = {k[-4:]: v for k, v in run["final"].items() if k.startswith("previous")}
+    best = max(scores, key=scores.get)
+    return [k for k, v in scores.items() if v > 0.4 or k == best]
+
+
+def _k_tokens(two: list[dict], prev: bool) -> list[float]:
+    """The letter-restricted K-scores of every pair through a previous-token head (``prev``), or through a
+    layer-1 head that is not one, in the runs that have one such head."""
+    out = []
+    for r in two:
+        heads = _previous_token_heads(r)
+        for pair, v in r["circuits"]["composition, tokens"].items():
+            if (pair[:4] in heads) == prev:
+                out.append(v["K"])
+    return out
+
+
 def markdown(result: dict) -> str:
     rows = []
     ind = result.get("induction")
@@ -394,9 +424,13 @@ def markdown(result: dict) -> str:
             f"{spread([v for r in two for k, v in r['circuits']['OV top-1'].items() if k.startswith('L2')])}, "
             "eigenvalue copying score "
             f"{spread([v for r in two for k, v in r['circuits']['OV copying'].items() if k.startswith('L2')])}; "
-            "K-composition with the previous-token head "
-            f"{spread([v['K'] for r in two for k, v in r['circuits']['composition'].items()])} (every pair) against "
-            f"{ind['random_composition_score']:.3g} for random matrices.",
+            "K-composition over the whole stream, every (layer-1 head, layer-2 head) pair "
+            f"{spread([v['K'] for r in two for v in r['circuits']['composition'].values()])}; on the letters, "
+            f"through the previous-token head {spread(_k_tokens(two, prev=True))}, through the other head of "
+            f"seeds with one previous-token head {spread(_k_tokens(two, prev=False))}; random matrices "
+            f"{ind['random_composition_scores']['whole stream']['mean']:.3g} (99% below "
+            f"{ind['random_composition_scores']['whole stream']['q99']:.3g}; on the letters "
+            f"{ind['random_composition_scores']['tokens']['q99']:.3g}).",
         ]
     lab = result.get("lab")
     if lab:

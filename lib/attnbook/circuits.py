@@ -1,8 +1,9 @@
 """Reading a circuit from the weights: a head's QK and OV circuits, composition, direct logit attribution.
 
 With its attention weights held fixed, an attention-only transformer (:class:`interpret.AttentionOnly`) is
-linear in its residual stream, and each head is two matrices of the model's width (Elhage et al., 2021),
-written here in the book's row convention (a token's vector x is a row):
+linear in its residual stream, up to each LayerNorm's division by the stream's standard deviation, and each
+head is two matrices of the model's width (Elhage et al., 2021), written here in the book's row convention
+(a token's vector x is a row; the paper writes tokens as columns, so its matrices are these transposed):
 
 - the **QK circuit** W_QK = W_Q^h (W_K^h)^T (D, D) decides where the head looks: the score of a query x_i
   against a key x_j is x_i W_QK x_j^T / sqrt(D_h);
@@ -11,18 +12,19 @@ written here in the book's row convention (a token's vector x is a row):
 
 Multiplied by the token embedding and the unembedding they become tables over the vocabulary.
 :func:`ov_circuit` says which logits go up when the head attends to each token; a head that copies has its
-largest entries on the diagonal (:func:`diagonal_top1`) and mostly positive eigenvalues
-(:func:`copying_score`). :func:`qk_circuit` says how much a query holding one token attends to a key
-holding another, directly or through what an earlier head wrote into the key. :func:`composition_scores`
-measure how much a later head reads what an earlier one writes, through its queries, keys or values, to be
-compared with :func:`random_composition_score`. :func:`direct_logit_attribution` splits the logits into
-the direct contributions of the embeddings and of every head.
+largest entries on the diagonal (:func:`diagonal_top1`, :func:`diagonal_lead`) and mostly positive
+eigenvalues (:func:`copying_score`). :func:`qk_circuit` says how much a query holding one token attends to
+a key holding another, directly or through what an earlier head wrote into the key. :func:`composition_scores`
+measure how much a later head reads what an earlier one writes, through its queries, keys or values, over
+the whole stream or on its token or position part alone, to be compared with
+:func:`random_composition_scores`. :func:`direct_logit_attribution` splits the logits into the direct
+contributions of the embeddings and of every head.
 
 LayerNorm is folded in as TransformerLens folds it: the scale of a norm goes into the weights that read
 from it (W_Q, W_K and W_V; the final norm's into W_U), and its centring into the weights that write to the
-residual stream (the token embedding and W_O, centred over D). Its division by the norm of the stream, one
-positive number per position, and its bias are left out: a circuit is the part of a head's computation
-that depends on the tokens.
+residual stream (the token embedding and W_O, centred over D). Its division by the stream's standard
+deviation over D, one positive number per position, and its bias are left out: a circuit is the part of a
+head's computation that depends on the tokens.
 
 Shapes:
     W_QK, W_OV: (D, D); a circuit over tokens: (V, V); ids: (B, T)
@@ -42,10 +44,12 @@ __all__ = [
     "ov_circuit",
     "qk_circuit",
     "diagonal_top1",
+    "diagonal_lead",
+    "diagonal_rank",
     "copying_score",
     "composition_score",
     "composition_scores",
-    "random_composition_score",
+    "random_composition_scores",
     "direct_logit_attribution",
 ]
 
@@ -113,6 +117,33 @@ def diagonal_top1(circuit: torch.Tensor) -> torch.Tensor:
     return hits.to(circuit.dtype).mean()
 
 
+@_checks.checked_by("_check_rows")
+def diagonal_lead(circuit: torch.Tensor) -> torch.Tensor:
+    """How far each row's diagonal entry is above the row's largest other entry, on average over the rows
+    (negative where another entry is larger): :func:`diagonal_top1` says whether the diagonal wins, this
+    says by how much, in the table's own units.
+
+    Shapes:
+        circuit: (V, V), V >= 2; return: a scalar
+    """
+    V = circuit.shape[0]
+    on_diagonal = torch.eye(V, dtype=torch.bool, device=circuit.device)  # (V, V)
+    best_other = circuit.masked_fill(on_diagonal, float("-inf")).amax(dim=-1)  # (V,)
+    return (circuit.diagonal() - best_other).mean()
+
+
+@_checks.checked_by("_check_rows")
+def diagonal_rank(circuit: torch.Tensor) -> torch.Tensor:
+    """How many entries of each row are larger than its diagonal entry, on average over the rows: 0 when the
+    diagonal always wins, (V - 1) / 2 for a table with no preference, V - 1 when it always loses.
+
+    Shapes:
+        circuit: (V, V), V >= 2; return: a scalar
+    """
+    above = circuit > circuit.diagonal()[:, None]  # (V, V): entries larger than their row's diagonal one
+    return above.sum(dim=-1).to(circuit.dtype).mean()
+
+
 @_checks.checked_by("_check_circuit")
 def copying_score(circuit: torch.Tensor) -> torch.Tensor:
     r"""Elhage et al.'s summary of a copying matrix: the eigenvalues' sum over the sum of their magnitudes,
@@ -138,7 +169,9 @@ def composition_score(W_A: torch.Tensor, W_B: torch.Tensor) -> torch.Tensor:
 
 
 @_checks.checked_by("_check_composition")
-def composition_scores(model: AttentionOnly, earlier: tuple[int, int], later: tuple[int, int]) -> dict:
+def composition_scores(
+    model: AttentionOnly, earlier: tuple[int, int], later: tuple[int, int], *, part: str | None = None
+) -> dict:
     """How much head ``later`` = (layer, head) reads what head ``earlier`` writes, through its queries (Q),
     keys (K) and values (V): the composition score of the earlier head's W_OV with the later head's W_QK,
     W_QK^T or W_OV.
@@ -146,32 +179,60 @@ def composition_scores(model: AttentionOnly, earlier: tuple[int, int], later: tu
     In the row convention, what the earlier head writes is y W_OV1; read by the queries it is
     (y W_OV1) W_QK2, by the keys x W_QK2 (y W_OV1)^T, by the values (y W_OV1) W_OV2.
 
+    Over the whole stream (``part`` None, Elhage et al.'s score) a head's W_OV counts everything it can
+    write, about the tokens and about the positions alike. With ``part`` = "tokens" or "positions", every
+    matrix is read on that part of the stream alone, X = the centred token embedding E (V, D) or learned
+    positions P (block_size, D): the earlier head writes X W_OV1, what it writes when it attends to each
+    token (or position); the queries read it against keys from X, (X W_OV1) W_QK2 X^T; the keys for
+    queries from X, X W_QK2 (X W_OV1)^T, the K-composition table of :func:`qk_circuit` for "tokens"; the
+    values into the logits, (X W_OV1) W_OV2 U.
+
     Shapes:
         return: {"Q": scalar, "K": scalar, "V": scalar}
     """
     _, W_OV1 = head_circuits(model, *earlier)
     W_QK2, W_OV2 = head_circuits(model, *later)
+    if part is None:
+        return {
+            "Q": composition_score(W_OV1, W_QK2),
+            "K": composition_score(W_OV1, W_QK2.T),
+            "V": composition_score(W_OV1, W_OV2),
+        }
+    X = _embedding(model) if part == "tokens" else _centred(model.positions.weight).detach()  # (V or T, D)
+    written = X @ W_OV1  # (V or T, D): what the earlier head writes from each row of X
     return {
-        "Q": composition_score(W_OV1, W_QK2),
-        "K": composition_score(W_OV1, W_QK2.T),
-        "V": composition_score(W_OV1, W_OV2),
+        "Q": composition_score(written, W_QK2 @ X.T),
+        "K": composition_score(written, W_QK2.T @ X.T),
+        "V": composition_score(written, W_OV2 @ _unembedding(model)),
     }
 
 
 @_checks.checked_by("_check_random")
-def random_composition_score(
-    d_model: int, d_head: int, *, samples: int = 200, generator: torch.Generator | None = None
+def random_composition_scores(
+    d_model: int,
+    d_head: int,
+    *,
+    n_rows: int | None = None,
+    samples: int = 200,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """The baseline of :func:`composition_scores`: the mean composition score of random matrices of a head's
-    shapes, W_A = X_1 X_2^T and W_B = X_3 X_4^T with every X_k (d_model, d_head) of standard normal entries.
+    """The baseline of :func:`composition_scores`: the composition scores of ``samples`` pairs of random
+    matrices of a head's shapes, W_A = X_1 X_2^T and W_B = X_3 X_4^T with every X_k (d_model, d_head) of
+    standard normal entries. Their mean is the baseline; their spread says how far from it a score must be.
+
+    With ``n_rows`` (V tokens or T positions), the baseline of a score read on a part of the stream: both
+    sides restricted to random rows R, R' (n_rows, d_model), W_A = R X_1 X_2^T and W_B = X_3 X_4^T R'^T.
 
     Shapes:
-        return: a scalar
+        return: (samples,)
     """
     X = torch.randn(samples, 4, d_model, d_head, generator=generator)  # (S, 4, D, Dh)
     W_A = X[:, 0] @ X[:, 1].transpose(1, 2)  # (S, D, D)
     W_B = X[:, 2] @ X[:, 3].transpose(1, 2)  # (S, D, D)
-    return composition_score(W_A, W_B).mean()
+    if n_rows is not None:
+        R = torch.randn(samples, 2, n_rows, d_model, generator=generator)  # (S, 2, n, D)
+        W_A, W_B = R[:, 0] @ W_A, W_B @ R[:, 1].transpose(1, 2)  # (S, n, D), (S, D, n)
+    return composition_score(W_A, W_B)
 
 
 @torch.no_grad()
@@ -180,9 +241,10 @@ def direct_logit_attribution(model: AttentionOnly, ids: torch.Tensor) -> tuple[t
     r"""Every logit split into the direct contributions of the model's parts, which sum to it.
 
     The last residual stream is a sum, x = E[ids] + P + (every head's output), and the final norm divides it by
-    its norm :math:`\sigma` (one number per position, of the whole stream). With :math:`\sigma` as it is,
-    each part c adds :math:`((c - \bar c) / \sigma \odot \gamma_f) W_U^T` to the logits, and the norm's bias
-    :math:`\beta_f W_U^T`. The parts are named "embedding", "positions", "L1H1", "L1H2", ... and "bias".
+    its standard deviation over the width, :math:`\sigma` (one number per position, of the whole stream). With
+    :math:`\sigma` as it is, each part c adds :math:`((c - \bar c) / \sigma \odot \gamma_f) W_U^T` to the logits,
+    and the norm's bias :math:`\beta_f W_U^T`. The parts are named "embedding", "positions", "L1H1", "L1H2", ...
+    and "bias".
 
     Shapes:
         ids: (B, T); return: (B, T, C, V), C = n_layers * n_heads + 3 parts, and their C names
@@ -256,6 +318,13 @@ def _check_circuit(circuit, **_) -> None:
         raise ValueError("circuit must be finite: it holds a NaN or an infinity")
 
 
+def _check_rows(circuit, **_) -> None:
+    """A circuit of at least two rows: a row's other entries must exist."""
+    _check_circuit(circuit)
+    if circuit.shape[0] < 2:
+        raise ValueError(f"circuit must have at least 2 rows (V, V), got shape {_checks.shape_str(circuit.shape)}")
+
+
 def _check_pair(W_A, W_B, **_) -> None:
     """Two floating matrices (or batches of them) that can be multiplied, W_A W_B."""
     _checks.tensor("W_A", W_A, min_ndim=2, floating=True)
@@ -268,18 +337,21 @@ def _check_pair(W_A, W_B, **_) -> None:
         )
 
 
-def _check_composition(model, earlier, later, **_) -> None:
-    """Two heads of the model, ``earlier`` in a layer before ``later``'s."""
+def _check_composition(model, earlier, later, part, **_) -> None:
+    """Two heads of the model, ``earlier`` in a layer before ``later``'s; ``part`` None, "tokens" or "positions"."""
     _check_model(model)
+    _checks.choice("part", part, [None, "tokens", "positions"])
     _, ((first, _),) = _check_heads("earlier", [earlier], model)
     _, ((second, _),) = _check_heads("later", [later], model)
     if first >= second:
         raise ValueError(f"earlier must be a head of a layer before later's (layer {second}), got layer {first}")
 
 
-def _check_random(d_model, d_head, samples, generator, **_) -> None:
+def _check_random(d_model, d_head, n_rows, samples, generator, **_) -> None:
     _checks.positive_int("d_model", d_model)
     _checks.positive_int("d_head", d_head)
+    if n_rows is not None:
+        _checks.positive_int("n_rows", n_rows)
     _checks.positive_int("samples", samples)
     _checks.generator("generator", generator)
 

@@ -9,8 +9,9 @@ The chapter's tools, each short enough to read next to its equation:
   :func:`prefix_matching_score` (the weight from a token to the token after its earlier occurrence) and
   :func:`previous_token_score` (the weight on the token just before);
 - interventions: :func:`ablate_heads` (remove heads by replacing their slice of the input of ``W_o`` with
-  zero, or with its mean from :func:`mean_heads`, with a hook) and :func:`edit_attention` (run a layer with
-  one head's weights replaced: permuted, uniform, adversarial), on the layers :func:`attention_layers` finds;
+  zero, or with its mean from :func:`mean_heads`, over all positions or per position, with a hook) and
+  :func:`edit_attention` (run a layer with one head's weights replaced: permuted, uniform, adversarial), on
+  the layers :func:`attention_layers` finds;
 - reading the circuit from the weights (QK and OV circuits, composition, direct logit attribution) is in
   :mod:`attnbook.circuits`;
 - attributions, which input positions a prediction depends on, are in :mod:`attnbook.attribution`;
@@ -210,12 +211,14 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
 
 
 @torch.no_grad()
-def mean_heads(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
+def mean_heads(model: nn.Module, ids: torch.Tensor, *, per_position: bool = False) -> list[torch.Tensor]:
     """Each attention layer's heads (the input of its ``W_o``, the heads side by side) averaged over the
-    batch and the positions of ``ids``: what mean-ablation puts in place of a head (:func:`ablate_heads`).
+    batch and the positions of ``ids``, or with ``per_position`` over the batch alone, one mean per position:
+    what mean-ablation puts in place of a head (:func:`ablate_heads`).
 
     Shapes:
-        ids: (B, T) token ids; return: a list of n_layers (H * Dh,), first layer first
+        ids: (B, T) token ids; return: a list of n_layers (H * Dh,), or (T, H * Dh) per position, first
+        layer first
     """
     layers = _check_model_ids(model, ids)
     heads = []
@@ -225,6 +228,8 @@ def mean_heads(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
     finally:
         for hook in hooks:
             hook.remove()
+    if per_position:
+        return [z.mean(dim=0) for z in heads]  # (T, H * Dh) per layer
     return [z.flatten(0, -2).mean(dim=0) for z in heads]  # (H * Dh,) per layer
 
 
@@ -236,8 +241,9 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]], *, means: l
     ``W_o``; a forward pre-hook on ``W_o`` replaces that slice, without touching the weights. Without
     ``means`` it is replaced by zero (zero-ablation, the same as zeroing those columns of ``W_o``); with
     ``means``, each layer's mean heads from :func:`mean_heads`, by its mean (mean-ablation: the head still
-    writes what it writes on average, and no longer anything that depends on the input). Layers and heads
-    count from 0.
+    writes what it writes on average, and no longer anything that depends on the input). Means taken per
+    position, (T', H * Dh), give position t its own mean, for sequences of at most T' positions. Layers and
+    heads count from 0.
     """
     layers, chosen = _check_heads("heads", heads, model)
     _check_means(means, layers)
@@ -260,8 +266,10 @@ def _replace_heads(keep: torch.Tensor, d_head: int, mean: torch.Tensor | None):
     def hook(module, args):
         x = args[0]  # (B, T, H * Dh): the heads side by side
         gate = keep.repeat_interleave(d_head).to(x.device, x.dtype)  # (H * Dh,): 1 kept, 0 removed
-        out = x * gate if mean is None else x * gate + mean.to(x.device, x.dtype) * (1 - gate)
-        return (out, *args[1:])
+        if mean is None:
+            return (x * gate, *args[1:])
+        fill = mean if mean.dim() == 1 else _means_up_to(mean, x.shape[1])  # (H * Dh,) or (T, H * Dh)
+        return (x * gate + fill.to(x.device, x.dtype) * (1 - gate), *args[1:])
 
     return hook
 
@@ -438,8 +446,18 @@ def _check_model_ids(model, ids) -> list[nn.Module]:
     return attention_layers(model)
 
 
+def _means_up_to(mean: torch.Tensor, T: int) -> torch.Tensor:
+    """The per-position means of the first T positions: (T, H * Dh)."""
+    if T > mean.shape[0]:
+        raise ValueError(
+            f"means were taken per position over {mean.shape[0]} positions, and the sequence has {T}: take them "
+            "on sequences at least as long"
+        )
+    return mean[:T]
+
+
 def _check_means(means, layers) -> None:
-    """None, or one floating (H * Dh,) tensor per attention layer (from mean_heads)."""
+    """None, or one floating (H * Dh,) or per-position (T, H * Dh) tensor per attention layer (from mean_heads)."""
     if means is None:
         return
     if isinstance(means, torch.Tensor) or not isinstance(means, (list, tuple)) or len(means) != len(layers):
@@ -448,11 +466,11 @@ def _check_means(means, layers) -> None:
             f"got {type(means).__name__}{f' of length {len(means)}' if isinstance(means, (list, tuple)) else ''}"
         )
     for i, (mean, layer) in enumerate(zip(means, layers)):
-        _checks.tensor(f"means[{i}]", mean, ndim=1, floating=True)
-        if mean.shape[0] != layer.n_heads * layer.d_head:
+        _checks.tensor(f"means[{i}]", mean, min_ndim=1, floating=True)
+        if mean.dim() > 2 or mean.shape[-1] != layer.n_heads * layer.d_head or 0 in mean.shape:
             raise ValueError(
                 f"means[{i}] must have H * Dh = {layer.n_heads * layer.d_head} entries (the heads of layer {i}), "
-                f"got shape {_checks.shape_str(mean.shape)}"
+                f"or one row of them per position, got shape {_checks.shape_str(mean.shape)}"
             )
 
 

@@ -5,6 +5,8 @@
 - :func:`probes`: sequences of four lengths drawn from a generator that no training run reads (its seed is
   not a training seed), each with a twin batch whose first halves have no repeated letter;
 - :func:`measure`: the losses on the probes and every head's prefix-matching and previous-token scores;
+- :func:`reference_means` and :func:`measure_without`: the same with heads removed, by zero or by their
+  means at each position over a reference batch of each probe length (mean-ablation);
 - :func:`train`: an :class:`interpret.AttentionOnly` of one or more layers trained with the recipe, measured
   every ``eval_every`` steps;
 - :func:`phase_change_step`: the first measured step with a loss on the repeat below ln(V) / 2.
@@ -25,13 +27,15 @@ from . import train as training
 from .interpret import (
     AttentionOnly,
     AttentionOnlyConfig,
+    ablate_heads,
+    mean_heads,
     prefix_matching_score,
     previous_token_score,
     repeat_losses,
     repeated_tokens,
 )
 
-__all__ = ["RECIPE", "probes", "measure", "train", "phase_change_step"]
+__all__ = ["RECIPE", "probes", "measure", "reference_means", "measure_without", "train", "phase_change_step"]
 
 RECIPE = {
     "vocab_size": 26,  # the letters a to z
@@ -45,16 +49,18 @@ RECIPE = {
     "probe_size": 64,  # the probes: 64 sequences of each of these half lengths
     "probe_halves": [8, 12, 16, 20],
     "probe_seed": 1000,  # a training run of seed s reads torch.Generator().manual_seed(s): s < 1000
+    "reference_seed": 1004,  # mean-ablation's reference batches, drawn as the probes are, from their own stream
 }
 
 
-def probes(recipe: dict = RECIPE) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """{half: (sequences drawn as in training, sequences whose first half has no repeated letter)}.
+def probes(recipe: dict = RECIPE, *, seed: int | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """{half: (sequences drawn as in training, sequences whose first half has no repeated letter)}, from the
+    recipe's probe seed (or ``seed``).
 
     Shapes:
         each: (probe_size, 2 * half) token ids
     """
-    g = torch.Generator().manual_seed(recipe["probe_seed"])
+    g = torch.Generator().manual_seed(recipe["probe_seed"] if seed is None else seed)
     n, V = recipe["probe_size"], recipe["vocab_size"]
     return {
         half: (repeated_tokens(n, half, V, generator=g), repeated_tokens(n, half, V, distinct=True, generator=g))
@@ -81,6 +87,33 @@ def measure(model: AttentionOnly, probes: dict) -> dict[str, float]:
             scores[f"previous L1H{head + 1}"] = score
         for k, v in scores.items():  # the mean over the probe lengths
             out[k] = out.get(k, 0.0) + v.item() / len(probes)
+    return out
+
+
+@torch.no_grad()
+def reference_means(model: AttentionOnly, recipe: dict = RECIPE) -> dict[int, list[torch.Tensor]]:
+    """Mean-ablation's means for each probe length M: every head's output averaged at each position over a
+    reference batch of sequences of that length, drawn as the probes are but from the recipe's reference seed.
+
+    Per position, because here a head's output depends on where it is (in the first half an induction head
+    has nothing to copy; in the repeat it copies), and per length, because position t is in the repeat or not
+    depending on M.
+
+    Shapes:
+        return: {M: a list of n_layers (2M, H * Dh)}
+    """
+    reference = probes(recipe, seed=recipe["reference_seed"])
+    return {M: mean_heads(model, ids, per_position=True) for M, (ids, _) in reference.items()}
+
+
+def measure_without(model: AttentionOnly, probes: dict, heads, means: dict | None = None) -> dict[str, float]:
+    """:func:`measure` with ``heads`` = [(layer, head), ...] removed: by zero (``means`` None), or by the
+    means of each probe length, ``means`` = :func:`reference_means` (mean-ablation)."""
+    out = {}
+    for M, probe in probes.items():
+        with ablate_heads(model, heads, means=None if means is None else means[M]):
+            for k, v in measure(model, {M: probe}).items():  # the mean over the probe lengths
+                out[k] = out.get(k, 0.0) + v / len(probes)
     return out
 
 

@@ -1,6 +1,8 @@
 """Checkers of the chapter on what attention learns: right answers pass, usual mistakes get their hint, stubs are
 "not attempted"."""
 
+import math
+
 import torch
 from attnbook import attribution, interpret
 from attnbook.exercises import what_attention_learns as ex
@@ -8,9 +10,9 @@ from exercise_helpers import assert_fails_with, stub
 
 
 def prefix(weights, shift=1, first=None):
-    L = weights.shape[-1] // 2
-    t = torch.arange(L if first is None else first, 2 * L)
-    return weights[:, :, t, t - L + shift].mean(dim=(0, 2))
+    M = weights.shape[-1] // 2
+    t = torch.arange(M if first is None else first, 2 * M)
+    return weights[:, :, t, t - M + shift].mean(dim=(0, 2))
 
 
 def test_prefix_matching_checker():
@@ -19,12 +21,12 @@ def test_prefix_matching_checker():
 
     def looped(weights):  # another correct way: one query at a time
         B, H, T, _ = weights.shape
-        L = T // 2
-        return sum(weights[:, :, t, t - L + 1] for t in range(L, T)).mean(0) / L
+        M = T // 2
+        return sum(weights[:, :, t, t - M + 1] for t in range(M, T)).mean(0) / M
 
     assert ex.check_prefix_matching(looped)
     assert not ex.check_prefix_matching(stub)
-    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=0), "same token (t - L)")
+    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=0), "same token (t - M)")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=2), "one position too far")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, first=w.shape[-1] // 2 - 1), "first half")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w).mean().expand(w.shape[1]), "one score per head")
@@ -93,3 +95,66 @@ def test_without_head_rejects_changing_the_callers_weight_and_the_width_from_the
 
     assert_fails_with(ex.check_without_head, in_place, "changed its first argument in place")
     assert_fails_with(ex.check_without_head, width_from_rows, "Dh = W_o.shape[1] // n_heads")
+
+
+def ov(E, W_v, W_o, W_U, head, n_heads, transpose_v=True, o_rows=False, transpose_u=True, width=None, shift=0):
+    Dh = (width or W_o.shape[1]) // n_heads
+    rows = slice((head + shift) * Dh, (head + shift + 1) * Dh)
+    W_V = W_v[rows].T if transpose_v else W_v[rows]
+    W_O = W_o[rows] if o_rows else W_o[:, rows].T
+    return E @ W_V @ W_O @ (W_U.T if transpose_u else W_U)
+
+
+def test_ov_circuit_checker():
+    assert ex.check_ov_circuit(ov)
+
+    def by_layers(E, W_v, W_o, W_U, head, n_heads):  # another correct way: the layers themselves, one head kept
+        Dh = W_v.shape[0] // n_heads
+        keep = torch.zeros(W_v.shape[0], dtype=E.dtype)
+        keep[head * Dh : (head + 1) * Dh] = 1.0
+        values = torch.nn.functional.linear(E, W_v) * keep  # (V, H * Dh): only this head's values
+        return torch.nn.functional.linear(torch.nn.functional.linear(values, W_o), W_U)
+
+    def by_einsum(E, W_v, W_o, W_U, head, n_heads):  # and with the heads as an axis
+        H = n_heads
+        W_V = W_v.view(H, -1, W_v.shape[1])[head]  # (Dh, D)
+        W_O = W_o.view(W_o.shape[0], H, -1)[:, head]  # (D, Dh)
+        return torch.einsum("vd,kd,ek,ue->vu", E, W_V, W_O, W_U)
+
+    assert ex.check_ov_circuit(by_layers)
+    assert ex.check_ov_circuit(by_einsum)
+    assert not ex.check_ov_circuit(stub)
+    assert_fails_with(ex.check_ov_circuit, lambda *a: ov(*a, transpose_v=False), "x @ weight.T")
+    assert_fails_with(ex.check_ov_circuit, lambda *a: ov(*a, o_rows=True), "rows of W_o")
+    assert_fails_with(ex.check_ov_circuit, lambda *a: ov(*a).T, "paper's order")
+    assert_fails_with(ex.check_ov_circuit, lambda *a: ov(*a, shift=-1), "one head off")
+    assert_fails_with(ex.check_ov_circuit, lambda *a: ov(*a, width=a[2].shape[0]), "W_o.shape[1] // n_heads")
+    assert_fails_with(ex.check_ov_circuit, lambda E, Wv, Wo, WU, h, H: E @ Wv.T @ Wo.T @ WU.T, "every head")
+    assert_fails_with(
+        ex.check_ov_circuit, lambda *a: ov(*a) / math.sqrt(a[2].shape[1] // a[5]), "values are not scaled"
+    )
+
+    def float64_always(*a):  # the table must keep the weights' dtype
+        return ov(*(x.double() if isinstance(x, torch.Tensor) else x for x in a))
+
+    def in_place(E, W_v, W_o, W_U, head, n_heads):  # the caller's embedding must stay as it was
+        E -= E.mean(-1, keepdim=True)
+        return ov(E, W_v, W_o, W_U, head, n_heads)
+
+    assert_fails_with(ex.check_ov_circuit, float64_always, "dtype")
+    assert_fails_with(ex.check_ov_circuit, in_place, "changed its first argument in place")
+
+
+def test_ov_circuit_checker_names_the_errors_of_an_entrywise_product_and_a_float_width():
+    def entrywise(E, W_v, W_o, W_U, head, n_heads):
+        Dh = W_o.shape[1] // n_heads
+        rows = slice(head * Dh, (head + 1) * Dh)
+        return E @ W_v[rows].T * W_o[:, rows].T @ W_U.T
+
+    def float_width(E, W_v, W_o, W_U, head, n_heads):
+        Dh = W_o.shape[1] / n_heads
+        rows = slice(head * Dh, (head + 1) * Dh)
+        return E @ W_v[rows].T @ W_o[:, rows].T @ W_U.T
+
+    assert_fails_with(ex.check_ov_circuit, entrywise, "chain of matrix products")
+    assert_fails_with(ex.check_ov_circuit, float_width, "with //")

@@ -163,15 +163,80 @@ def test_composition_scores_equal_their_definition():
         circuits.qk_circuit(model, 0, 0, keys_through=(0, 1))
 
 
-def test_random_composition_score_is_the_mean_over_its_draws():
-    got = circuits.random_composition_score(16, 4, samples=50, generator=torch.Generator().manual_seed(3))
+def test_random_composition_scores_are_the_scores_of_their_draws():
+    got = circuits.random_composition_scores(16, 4, samples=50, generator=torch.Generator().manual_seed(3))
     X = torch.randn(50, 4, 16, 4, generator=torch.Generator().manual_seed(3))
-    scores = [circuits.composition_score(x[0] @ x[1].T, x[2] @ x[3].T) for x in X]
-    assert got.item() == pytest.approx(torch.stack(scores).mean().item(), rel=1e-5)
-    assert 0.0 < got.item() < 1.0
+    scores = torch.stack([circuits.composition_score(x[0] @ x[1].T, x[2] @ x[3].T) for x in X])
+    torch.testing.assert_close(got, scores)
+    assert got.shape == (50,) and 0.0 < got.min() and got.max() < 1.0
     # wider heads share more directions: the baseline grows with d_head / d_model
-    wide = circuits.random_composition_score(16, 16, samples=50, generator=torch.Generator().manual_seed(3))
-    assert wide > got
+    wide = circuits.random_composition_scores(16, 16, samples=50, generator=torch.Generator().manual_seed(3))
+    assert wide.mean() > got.mean()
+    # restricted to random rows on both sides, as composition_scores(part=...) restricts a head's matrices
+    g = torch.Generator().manual_seed(4)
+    got = circuits.random_composition_scores(16, 4, n_rows=5, samples=30, generator=g)
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(30, 4, 16, 4, generator=g)
+    R = torch.randn(30, 2, 5, 16, generator=g)
+    expected = [circuits.composition_score(r[0] @ x[0] @ x[1].T, x[2] @ x[3].T @ r[1].T) for x, r in zip(X, R)]
+    torch.testing.assert_close(got, torch.stack(expected))
+    # about 1 / sqrt(D) on average, whether over the whole stream or on a part of it
+    for rows in (None, 26):
+        scores = circuits.random_composition_scores(64, 32, n_rows=rows, generator=torch.Generator().manual_seed(0))
+        assert abs(scores.mean().item() - 1 / 8) < 0.005
+
+
+def test_composition_on_a_part_of_the_stream_reads_the_heads_through_that_part():
+    """With part="tokens" or "positions", each score is the normalised norm of the product read on that part,
+    and K on the tokens is the normalised norm of the K-composition table qk_circuit(..., keys_through=...)."""
+    model = trained_like()
+    E = model.embed.weight - model.embed.weight.mean(-1, keepdim=True)
+    P = model.positions.weight - model.positions.weight.mean(-1, keepdim=True)
+    U = model.norm_f.weight[:, None] * model.unembed.weight.T
+    fro = lambda M: math.sqrt(float((M**2).sum()))  # noqa: E731
+    with torch.no_grad():
+        for h1 in range(3):
+            for h2 in range(3):
+                _, OV1 = circuits.head_circuits(model, 0, h1)
+                QK2, OV2 = circuits.head_circuits(model, 1, h2)
+                for part, X in (("tokens", E), ("positions", P)):
+                    got = circuits.composition_scores(model, (0, h1), (1, h2), part=part)
+                    A = X @ OV1
+                    q_table, k_table, v_table = A @ QK2 @ X.T, X @ QK2 @ A.T, A @ OV2 @ U
+                    assert got["Q"].item() == pytest.approx(fro(q_table) / (fro(A) * fro(QK2 @ X.T)))
+                    assert got["K"].item() == pytest.approx(fro(k_table) / (fro(A) * fro(X @ QK2)))
+                    assert got["V"].item() == pytest.approx(fro(v_table) / (fro(A) * fro(OV2 @ U)))
+                table = circuits.qk_circuit(model, 1, h2, keys_through=(0, h1))
+                expected = fro(table) / (fro(E @ OV1) * fro(E @ QK2))
+                got = circuits.composition_scores(model, (0, h1), (1, h2), part="tokens")["K"].item()
+                assert got == pytest.approx(expected)
+    with pytest.raises(ValueError, match="part must be one of None, 'tokens', 'positions'"):
+        circuits.composition_scores(model, (0, 0), (1, 0), part="letters")
+
+
+def test_on_the_tokens_the_hand_built_induction_head_reads_all_the_previous_token_head_writes():
+    """In the hand-built model the previous-token head writes each letter into s_prev, and the induction head's
+    keys read exactly that: on the tokens, the K-composition table is c I, and K = |c I| / (|I| |c I|) = 1 / sqrt(V),
+    as over the whole stream (the head writes nothing about positions)."""
+    model, _ = hand_built()
+    tokens = circuits.composition_scores(model, (0, 0), (1, 0), part="tokens")
+    whole = circuits.composition_scores(model, (0, 0), (1, 0))
+    assert tokens["K"].item() == pytest.approx(1 / math.sqrt(V)) == whole["K"].item()
+
+
+def test_diagonal_lead_and_rank():
+    eye = torch.eye(4, dtype=torch.float64)
+    assert circuits.diagonal_lead(3 * eye).item() == 3.0 and circuits.diagonal_rank(3 * eye).item() == 0.0
+    assert circuits.diagonal_lead(-eye).item() == -1.0 and circuits.diagonal_rank(-eye).item() == 3.0
+    M = torch.randn(7, 7, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    lead = sum(M[i, i] - max(M[i, j] for j in range(7) if j != i) for i in range(7)) / 7
+    rank = sum(sum(1 for j in range(7) if M[i, j] > M[i, i]) for i in range(7)) / 7
+    assert circuits.diagonal_lead(M).item() == pytest.approx(lead.item())
+    assert circuits.diagonal_rank(M).item() == pytest.approx(rank)
+    assert (circuits.diagonal_lead(M) > 0) == (circuits.diagonal_top1(M) == 1)  # 0 or 1 hits of 7 here
+    assert circuits.diagonal_rank(M.float()).dtype == torch.float32
+    with pytest.raises(ValueError, match="circuit must have at least 2 rows"):
+        circuits.diagonal_lead(torch.ones(1, 1))
 
 
 def test_diagonal_top1_and_copying_score():

@@ -263,6 +263,62 @@ def test_mean_ablation_changes_nothing_where_a_head_always_writes_its_mean():
             assert not torch.allclose(model(ids), before)
 
 
+def forward_replacing(model, ids, heads, means):
+    """An AttentionOnly model written out, with each chosen head's input of W_o replaced at position t by the
+    per-position mean means[layer][t]."""
+    x = model.embed.weight[ids] + model.positions.weight[: ids.shape[1]]
+    T = ids.shape[1]
+    for layer, (norm, attn) in enumerate(zip(model.norms, model.attns)):
+        h = F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias)
+        _, w = attn(h, is_causal=True, return_weights=True)  # (B, H, T, T)
+        B, _, D = h.shape
+        v = attn.W_v(h).view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)  # (B, H, T, Dh)
+        z = (w @ v).transpose(1, 2).reshape(B, T, D)
+        for l, head in heads:
+            if l == layer:
+                cols = slice(head * attn.d_head, (head + 1) * attn.d_head)
+                z[..., cols] = means[layer][:T, cols]  # (T, Dh), the same for every sequence
+        x = x + attn.W_o(z)
+    return model.unembed(model.norm_f(x))
+
+
+def test_per_position_mean_ablation_puts_each_positions_own_mean():
+    """mean_heads(per_position=True) is the heads' mean over the batch alone, (T, H * Dh); ablate_heads with
+    it gives position t its own mean (the first T' rows for a shorter sequence) and differs from one mean."""
+    model = attention_only()
+    ref = ids_of(5, 10)
+    means = interpret.mean_heads(model, ref, per_position=True)
+    for got, z in zip(means, heads_by_hand(model, ref)):
+        assert got.shape == (10, 8)
+        torch.testing.assert_close(got, z.mean(dim=0))
+    pooled = interpret.mean_heads(model, ref)
+    for T in (10, 6):
+        ids = ids_of(3, T, seed=2)
+        for heads in ([(0, 1)], [(1, 0)], [(0, 0), (1, 1)]):
+            with torch.no_grad(), interpret.ablate_heads(model, heads, means=means):
+                got = model(ids)
+            with torch.no_grad():
+                torch.testing.assert_close(got, forward_replacing(model, ids, heads, means))
+                with interpret.ablate_heads(model, heads, means=pooled):
+                    assert not torch.allclose(model(ids), got)
+    with pytest.raises(ValueError, match="means were taken per position over 10 positions, and the sequence has 12"):
+        with torch.no_grad(), interpret.ablate_heads(model, [(0, 0)], means=means):
+            model(ids_of(1, 12))
+
+
+def test_per_position_mean_ablation_changes_nothing_on_the_sequence_it_was_taken_on():
+    """On copies of one sequence every head writes its per-position mean at every position: a no-op, where one
+    mean over the positions changes the output."""
+    model = attention_only()
+    ids = ids_of(1, 7).expand(4, 7)
+    with torch.no_grad():
+        before = model(ids)
+        with interpret.ablate_heads(model, [(0, 0), (1, 1)], means=interpret.mean_heads(model, ids, per_position=True)):
+            torch.testing.assert_close(model(ids), before)
+        with interpret.ablate_heads(model, [(0, 0), (1, 1)], means=interpret.mean_heads(model, ids)):
+            assert not torch.allclose(model(ids), before)
+
+
 def test_ablate_heads_refuses_bad_means():
     model = attention_only()
     means = interpret.mean_heads(model, ids_of(2, 5))
@@ -271,6 +327,9 @@ def test_ablate_heads_refuses_bad_means():
             pass
     with pytest.raises(ValueError, match="means\\[1\\] must have H \\* Dh = 8 entries"):
         with interpret.ablate_heads(model, [(0, 0)], means=[means[0], means[1][:4]]):
+            pass
+    with pytest.raises(ValueError, match="means\\[0\\] must have H \\* Dh = 8 entries"):
+        with interpret.ablate_heads(model, [(0, 0)], means=[means[0][None, None], means[1]]):
             pass
     with pytest.raises(ValueError, match="ids has length T=13"):
         interpret.mean_heads(model, ids_of(1, 13))

@@ -68,3 +68,32 @@ def test_a_short_run_records_every_measurement_and_is_reproducible():
     assert again == curves
     assert experiment.phase_change_step([0, 25, 50], [3.0, 1.7, 1.0], 26) == 50
     assert experiment.phase_change_step([0, 25], [3.0, 2.0], 26) is None
+
+
+def test_mean_ablation_takes_per_position_means_of_each_length_from_its_own_reference_batch():
+    """reference_means: for each probe length M, mean_heads(per_position=True) of a batch drawn as the probes
+    are but from the reference seed (not the probes); measure_without: measure with the heads removed, each
+    length by its own means (or by zero), averaged over the lengths."""
+    torch.manual_seed(0)
+    config = interpret.AttentionOnlyConfig(26, 47, n_layers=2, n_heads=2, d_model=16)
+    model = interpret.AttentionOnly(config).eval()
+    recipe = {**RECIPE, "probe_size": 6, "probe_halves": [8, 12]}
+    means = experiment.reference_means(model, recipe)
+    reference = experiment.probes(recipe, seed=recipe["reference_seed"])
+    probes = experiment.probes(recipe)
+    assert recipe["reference_seed"] not in (recipe["probe_seed"], *range(1000))
+    for M in (8, 12):
+        assert not torch.equal(reference[M][0], probes[M][0])
+        for got, expected in zip(means[M], interpret.mean_heads(model, reference[M][0], per_position=True)):
+            assert got.shape == (2 * M, 16)
+            torch.testing.assert_close(got, expected)
+    heads = [(1, 0)]
+    for fill in (None, means):
+        got = experiment.measure_without(model, probes, heads, fill)
+        expected = {}
+        for M, probe in probes.items():
+            with interpret.ablate_heads(model, heads, means=None if fill is None else fill[M]):
+                for k, v in experiment.measure(model, {M: probe}).items():
+                    expected[k] = expected.get(k, 0.0) + v / 2
+        assert got == pytest.approx(expected)
+    assert experiment.measure_without(model, probes, heads)["repeat"] != pytest.approx(got["repeat"])

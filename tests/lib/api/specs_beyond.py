@@ -1772,6 +1772,30 @@ def _(s):
     return circuits.diagonal_top1, dict(circuit=Tensor(s.V, s.V, batch=None))
 
 
+def _naive_lead(call, circuit):
+    """Each row's diagonal entry minus its largest other entry, one row at a time, averaged."""
+    V = circuit.shape[0]
+    rows = [circuit[i, i] - max(circuit[i, j] for j in range(V) if j != i) for i in range(V)]
+    return torch.stack(rows).mean()
+
+
+def _naive_rank(call, circuit):
+    """How many entries of each row exceed its diagonal entry, counted one by one, averaged."""
+    V = circuit.shape[0]
+    counts = [sum(int(circuit[i, j] > circuit[i, i]) for j in range(V)) for i in range(V)]
+    return torch.tensor(sum(counts) / V, dtype=circuit.dtype)
+
+
+@spec("circuits.diagonal_lead", circuits.diagonal_lead, dict(V=(2, 6)), reference=_naive_lead)
+def _(s):
+    return circuits.diagonal_lead, dict(circuit=Tensor(s.V, s.V, batch=None))
+
+
+@spec("circuits.diagonal_rank", circuits.diagonal_rank, dict(V=(2, 6)), reference=_naive_rank, half=False)
+def _(s):
+    return circuits.diagonal_rank, dict(circuit=Tensor(s.V, s.V, batch=None))
+
+
 @spec("circuits.copying_score", circuits.copying_score, dict(V=(1, 6)))
 def _(s):
     return circuits.copying_score, dict(circuit=Tensor(s.V, s.V, batch=None))
@@ -1793,29 +1817,33 @@ def _(s):
     return circuits.composition_score, dict(W_A=Tensor(s.D, s.E, batch=None), W_B=Tensor(s.E, s.F, batch=None))
 
 
-@spec("circuits.composition_scores", circuits.composition_scores, dict(h1=(0, 1), h2=(0, 1)))
+@spec("circuits.composition_scores", circuits.composition_scores, dict(h1=(0, 1), h2=(0, 1), part=(0, 2)))
 def _(s):
     return circuits.composition_scores, dict(
-        model=Obj(_attention_only()), earlier=HeadPair((0, s.h1)), later=HeadPair((1, s.h2))
+        model=Obj(_attention_only()),
+        earlier=HeadPair((0, s.h1)),
+        later=HeadPair((1, s.h2)),
+        part=Const([None, "tokens", "positions"][s.part]),
     )
 
 
-def _check_random_score(out, args):
-    """A mean of scores in (0, 1] (1 for matrices of one entry)."""
-    assert out.dim() == 0 and 0.0 < out.item() <= 1.0 + 1e-6
+def _check_random_scores(out, args):
+    """One score in (0, 1] per sample (1 for matrices of one entry)."""
+    assert out.shape == (args["samples"],) and 0.0 < out.min().item() and out.max().item() <= 1.0 + 1e-6
 
 
 @spec(
-    "circuits.random_composition_score",
-    circuits.random_composition_score,
-    dict(D=(1, 8), Dh=(1, 4), S=(1, 5)),
-    check=_check_random_score,
+    "circuits.random_composition_scores",
+    circuits.random_composition_scores,
+    dict(D=(1, 8), Dh=(1, 4), S=(1, 5), n=(0, 4)),
+    check=_check_random_scores,
     half=False,
 )
 def _(s):
-    return circuits.random_composition_score, dict(
-        d_model=Int(s.D), d_head=Int(s.Dh), samples=Int(s.S), generator=Gen()
-    )
+    args = dict(d_model=Int(s.D), d_head=Int(s.Dh), samples=Int(s.S), generator=Gen())
+    if s.n:
+        args["n_rows"] = Int(s.n)
+    return circuits.random_composition_scores, args
 
 
 @spec("circuits.direct_logit_attribution", circuits.direct_logit_attribution, dict(B=(1, 3), T=(1, 6), L=(1, 2)))

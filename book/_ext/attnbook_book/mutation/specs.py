@@ -142,6 +142,10 @@ SPECS: dict[str, Spec] = {
     # 16
     "check_prefix_matching": Spec("weights: f[n, h, 2*l, 2*l] prob"),
     "check_without_head": Spec("W_o: f[d, h*k]; head: value(0, 1); n_heads: int(h)", at_least={"h": 2}),
+    "check_ov_circuit": Spec(
+        "E: f[v, d]; W_v: f[h*k, d]; W_o: f[d, h*k]; W_U: f[v, d]; head: value(0, 1); n_heads: int(h)",
+        at_least={"h": 2},
+    ),
     "check_rollout": Spec(custom="rollout"),
 }
 
