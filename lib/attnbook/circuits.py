@@ -3,7 +3,8 @@
 With its attention weights held fixed, an attention-only transformer (:class:`interpret.AttentionOnly`) is
 linear in its residual stream, up to each LayerNorm's division by the stream's standard deviation, and each
 head is two matrices of the model's width (Elhage et al., 2021), written here in the book's row convention
-(a token's vector x is a row; the paper writes tokens as columns, so its matrices are these transposed):
+(a token's vector x is a row; the paper writes tokens as columns: its W_Q^T W_K is this W_QK, its W_O W_V and
+W_U W_OV W_E are these OV matrices transposed):
 
 - the **QK circuit** W_QK = W_Q^h (W_K^h)^T (D, D) decides where the head looks: the score of a query x_i
   against a key x_j is x_i W_QK x_j^T / sqrt(D_h);
