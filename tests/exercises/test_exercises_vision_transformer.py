@@ -101,7 +101,7 @@ def test_vit_large_parameters_checker_wants_the_exact_count():
     for part, size in parts.items():
         with pytest.raises(ExerciseFailed, match=hints[part]):
             ex.check_vit_large_parameters(total - size)
-    with pytest.raises(ExerciseFailed, match="too small"):
+    with pytest.raises(ExerciseFailed, match="below the expected value"):
         ex.check_vit_large_parameters(total - sum(parts.values()))  # all five at once: 6,120 of 304 million
     for off_by in (-1, 1):
         with pytest.raises(ExerciseFailed):

@@ -243,7 +243,7 @@ def check_bottleneck_bits(answer, length: int = 40) -> Result:
         answer,
         exercise=f"bits in a string of {length} digits",
         expected=length * math.log2(10),
-        rel_tol=0.01,
+        significant=3,
         mistakes=[
             (f"10^{length} is the number of strings; the number of bits is its base-2 logarithm.", 10.0**length),
             ("one bit per digit cannot tell ten digits apart: each digit carries log2(10) bits.", float(length)),

@@ -198,7 +198,9 @@ def check_spectrogram_shape(fn) -> Result:
         ),
         Mistake("the shape is (frequency bins, frames), in that order.", lambda n, f, h: (1 + n // h, f // 2 + 1)),
     ]
-    return check_function(fn, exercise="spectrogram shape", reference=reference, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="spectrogram shape", reference=reference, cases=cases, mistakes=mistakes, integers=True
+    )
 
 
 def check_clip_loss(fn) -> Result:

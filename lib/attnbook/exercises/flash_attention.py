@@ -122,7 +122,6 @@ def check_attention_memory(answer, *, batch: int = 8, heads: int = 12, length: i
         answer,
         exercise="memory of the attention weights",
         expected=expected,
-        rel_tol=0.02,
         mistakes=[
             ("that is the size in GB (10^9 bytes); the question asks for GiB (2^30 bytes).", expected * gib / 1e9),
             ("every head has its own weight matrix: multiply by the number of heads.", size(batch, 1, length, 4)),
@@ -231,7 +230,6 @@ def check_attention_flops(answer, *, length: int = 2048, width: int = 64) -> Res
         answer,
         exercise="FLOPs of attention",
         expected=4 * n * n * d,
-        rel_tol=0.02,
         mistakes=[
             (
                 "Q K^T and P V each take T^2 d multiply-adds, that is 2 T^2 d FLOPs (a multiply and an add each); "

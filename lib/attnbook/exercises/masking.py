@@ -158,7 +158,6 @@ def check_allowed_count(answer, T: int = 10) -> Result:
         answer,
         exercise=f"allowed entries of a {T} x {T} causal mask",
         expected=T * (T + 1) / 2,
-        rel_tol=1e-9,
         mistakes=[
             ("the diagonal counts too: every token may attend to itself.", T * (T - 1) / 2),
             ("that is every entry; only the entries on and below the diagonal are allowed.", float(T * T)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -133,8 +135,46 @@ def check_rope(fn) -> Result:
         ),
     ]
     return check_function(
-        fn, exercise="rotary position embedding", reference=reference, cases=cases, mistakes=mistakes, gradients=True
+        fn,
+        exercise="rotary position embedding",
+        reference=reference,
+        cases=cases,
+        mistakes=mistakes,
+        gradients=True,
+        explain=[_rope_rotation],
     )
+
+
+def _wrap(angle: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def _rope_rotation(got, expected, x, offset) -> str | None:
+    """What rotation a wrong answer applies to each pair: not a rotation, other frequencies, other positions."""
+    x1, x2, y1, y2 = x[..., 0::2], x[..., 1::2], got[..., 0::2], got[..., 1::2]
+    if not torch.allclose(torch.hypot(y1, y2), torch.hypot(x1, x2), rtol=1e-4, atol=1e-6):
+        return (
+            "your result changes the length of the pairs (x[2i], x[2i+1]): RoPE only turns each pair of "
+            "neighbours, out = (x1 cos - x2 sin, x1 sin + x2 cos), the same angle in both lines and the minus "
+            "sign on the first."
+        )
+    turned = torch.atan2(x1 * y2 - x2 * y1, x1 * y1 + x2 * y2)  # (..., T, Dh/2): each pair's angle
+    right = positional.angles(torch.arange(offset, offset + x.shape[-2]), x.shape[-1]).to(turned)  # (T, Dh/2)
+    if x.shape[-2] >= 2:
+        step = _wrap(turned[..., 1:2, :] - turned[..., :1, :])  # (..., 1, Dh/2): the turn per position
+        t = torch.arange(x.shape[-2], dtype=turned.dtype)[:, None]
+        if torch.allclose(_wrap(turned - turned[..., :1, :] - t * step), torch.zeros_like(turned), atol=1e-5):
+            if not torch.allclose(_wrap(step - (right[1:2] - right[:1])), torch.zeros_like(step), atol=1e-5):
+                return (
+                    "each pair turns by a constant step per position, but the steps are not the frequencies "
+                    "w_i = 10000^(-2i/Dh), i = 0, 1, ..., Dh/2 - 1: check the exponent (-2i/Dh, i counting "
+                    "pairs) and the base."
+                )
+            return (
+                "the frequencies are right but the positions are not: the row t sits at position offset + t, "
+                f"so the first row turns by offset * w_i (offset = {offset})."
+            )
+    return None
 
 
 def check_kv_cache_bytes(answer) -> Result:
@@ -145,7 +185,6 @@ def check_kv_cache_bytes(answer) -> Result:
         answer,
         exercise="KV cache size",
         expected=right,
-        rel_tol=1e-6,
         mistakes=[
             ("the cache holds keys *and* values: multiply by 2.", right / 2),
             ("only the 8 key/value heads are cached, not the 32 query heads.", right * n_heads / n_kv_heads),

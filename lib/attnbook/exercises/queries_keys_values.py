@@ -184,7 +184,6 @@ def check_score_std(answer, d_k: int = 64) -> Result:
         answer,
         exercise=f"standard deviation of q.k for d_k = {d_k}",
         expected=math.sqrt(d_k),
-        rel_tol=0.02,
         mistakes=[
             (f"{d_k} is the variance of q.k; the standard deviation is its square root.", float(d_k)),
             ("1 is the standard deviation after dividing by sqrt(d_k); the question asks before scaling.", 1.0),

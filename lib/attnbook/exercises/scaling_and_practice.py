@@ -152,7 +152,6 @@ def check_loss_scale(answer) -> Result:
         answer,
         exercise="A loss scale",
         expected=expected,
-        rel_tol=1e-9,
         mistakes=[
             (
                 "that lifts the gradient above 2^-24, fp16's smallest subnormal number: it would no longer be zero, "

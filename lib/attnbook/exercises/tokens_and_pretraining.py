@@ -206,7 +206,6 @@ def check_lora_parameters(answer, *, d_model: int = 768, n_layers: int = 12, r: 
         answer,
         exercise="LoRA's trainable parameters",
         expected=n_layers * 2 * per_matrix,
-        rel_tol=1e-9,
         mistakes=[
             (
                 "that is half the answer: either one matrix per layer (LoRA adapts two here, W_q and W_v), or A "

@@ -25,7 +25,7 @@ __all__ = ["outcome", "difference", "module_difference", "number_difference"]
 
 # (rtol, atol relative to the largest of the solution's values), by dtype: float32 sums round at about 1e-7
 TOLERANCE = {torch.float32: (2e-3, 2e-4), torch.float64: (1e-5, 1e-6)}
-RTOL = 1e-5  # numbers
+RTOL = 1e-5  # numbers a function returns
 
 
 def _copy(x: Any) -> Any:
@@ -105,7 +105,7 @@ def _gradients(answer: Callable, args: tuple, which):
     return [torch.zeros_like(t) if g is None else g.detach() for t, g in zip(inputs, grads)]
 
 
-def _value_difference(got: Any, expected: Any) -> str | None:
+def _value_difference(got: Any, expected: Any, integers: bool = False) -> str | None:
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return f"returns {type(got).__name__}, not a tensor"
@@ -131,21 +131,22 @@ def _value_difference(got: Any, expected: Any) -> str | None:
                 f"{type(expected).__name__} of {len(expected)}"
             )
         for i, (a, b) in enumerate(zip(got, expected)):
-            d = _value_difference(a, b)
+            d = _value_difference(a, b, integers)
             if d:
                 return f"item {i}: {d}"
         return None
     if isinstance(expected, dict):
         if not isinstance(got, dict) or got.keys() != expected.keys():
             return "other keys"
-        return next((f"[{k!r}]: {d}" for k in expected for d in [_value_difference(got[k], expected[k])] if d), None)
+        found = (f"[{k!r}]: {d}" for k in expected for d in [_value_difference(got[k], expected[k], integers)] if d)
+        return next(found, None)
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         if isinstance(got, torch.Tensor) or isinstance(got, bool) or not isinstance(got, (int, float)):
             try:
                 got = float(got)
             except (TypeError, ValueError, RuntimeError):
                 return f"returns {type(got).__name__}, not a number"
-        if type(expected) is int and type(got) is not int:
+        if integers and type(expected) is int and type(got) is not int:
             return f"returns {type(got).__name__}, not an int"
         if math.isclose(got, expected, rel_tol=RTOL, abs_tol=0.0) or (math.isnan(got) and math.isnan(expected)):
             return None
@@ -153,11 +154,12 @@ def _value_difference(got: Any, expected: Any) -> str | None:
     return None if got == expected else f"{got!r}, not {expected!r}"
 
 
-def difference(got: dict, expected: dict) -> str | None:
-    """None when two outcomes agree, else how they differ."""
+def difference(got: dict, expected: dict, integers: bool = False) -> str | None:
+    """None when two outcomes agree, else how they differ (``integers``: a float where the solution returns an
+    int differs, for a count the exercise says is an int)."""
     if "error" in got:
         return f"raises {got['error']}"
-    diff = _value_difference(got["result"], expected["result"])
+    diff = _value_difference(got["result"], expected["result"], integers)
     if diff:
         return diff
     if got["changed"] != expected["changed"]:
@@ -220,12 +222,15 @@ def module_difference(mutant_cls, reference_cls, init: tuple, inputs) -> str | N
     return None
 
 
-def number_difference(got: Any, expected: Any, tol: float) -> str | None:
-    """How a numeric answer differs from the solution's value, beyond the question's tolerance."""
+def number_difference(got: Any, expected: Any, precision: dict) -> str | None:
+    """How a numeric answer differs from the solution's value, beyond the precision its question states
+    (``precision``: the arguments of :func:`attnbook.exercises.number_tolerance`; none: the exact value)."""
+    from attnbook.exercises import number_tolerance
+
     if isinstance(got, torch.Tensor) and got.numel() == 1:
         got = got.item()
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         return f"{type(got).__name__}, not a number"
-    if math.isclose(got, expected, rel_tol=max(tol, 1e-12), abs_tol=0.0):
+    if abs(got - expected) <= number_tolerance(float(expected), **precision):
         return None
     return f"{got:.6g}, not {expected:.6g}"

@@ -12,7 +12,7 @@ import hashlib
 import json
 import multiprocessing
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -87,6 +87,8 @@ def summary(result: dict) -> dict:
         "seconds": result.get("seconds"),
         "error": result.get("error"),
         "solution_vs_checker_reference": result.get("solution_vs_checker_reference"),
+        "tolerance": result.get("tolerance"),
+        "kinds": dict(Counter(m.get("kind") or "?" for m in rejected)),
         "survivors": [
             {k: m.get(k) for k in ("id", "description", "difference", "checker", "hint")}
             for m in killable
@@ -114,6 +116,7 @@ def report(results: list[dict], seconds: float, sample: int | None) -> dict:
         "sample": sample,
         "seconds": round(seconds, 1),
         "total": _score(rows),
+        "kinds": dict(sum((Counter(r["kinds"]) for r in rows), Counter()).most_common()),
         "chapters": {c: _score(rs) | {"exercises": len(rs)} for c, rs in sorted(chapters.items())},
         "exercises": rows,
         "mutants": {r["exercise"]: r["mutants"] for r in results},
@@ -130,6 +133,8 @@ def markdown(data: dict) -> str:
             f"| {chapter} | {c['exercises']} | {c['made']} | {c['equivalent']} | {c['killable']} | {c['rejected']} "
             f"| {c['score']:.1f}% | {c['named_share']:.0f}% |"
         )
+    kinds = ", ".join(f"{kind} {n}" for kind, n in data.get("kinds", {}).items())
+    lines += ["", f"The rejections' hints by kind (`ExerciseFailed.kind`; `generic` names no mistake): {kinds}."]
     lines += ["", "Surviving killable mutants:", ""]
     for row in data["exercises"]:
         for s in row["survivors"]:

@@ -4,7 +4,9 @@ One entry per checker. A function answer is declared by its arguments, in the ba
 promises (``*b`` where any batch is allowed); ``grad`` says that its gradients are part of its behaviour.
 Answers that a declaration cannot describe (lists of tensors, dictionaries, graphs, modules, a model to
 sample from) name a small generator below. A class answer gives the arguments of its constructor and its
-forward's input; a number gives the relative tolerance its question allows (0: exact).
+forward's input; a number gives the precision its question states, as the arguments of
+``attnbook.exercises.number_tolerance`` (``significant=3``: three significant figures; nothing: the exact
+value), and its checker must accept exactly that (``tests/exercises/test_mutation.py``).
 A checker without an entry is reported as such: a new exercise needs one line here.
 """
 
@@ -25,7 +27,8 @@ class Spec:
     table: tuple = ()  # explicit argument tuples (scalar answers), instead of or besides a declaration
     custom: str = ""  # the name of a generator below
     init: tuple = ()  # a class: its constructor's arguments, one tuple per configuration
-    tol: float = 0.0  # a number: the relative tolerance the question allows
+    number: dict = field(default_factory=dict)  # a number: the precision its question states (none: exact)
+    integers: bool = False  # a count the exercise says is an int: a float of the same value differs
     bind: tuple = ()  # a class: the size symbols its constructor's first arguments fix, e.g. ("d",)
     even: tuple = ()
     at_least: dict = field(default_factory=dict)
@@ -44,7 +47,7 @@ SPECS: dict[str, Spec] = {
     # 01
     "check_input_gradient": Spec("W_xh: f[h, d]; W_hh: f[h, h] small; T: int(t)"),
     "check_step_jacobian": Spec("h_prev: f[h]; x: f[d]; W_xh: f[h, d]; W_hh: f[h, h]; b: f[h]"),
-    "check_gradient_norm": Spec(tol=0.01),
+    "check_gradient_norm": Spec(number={"significant": 2}),
     "check_clip_grad_norm": Spec(custom="clip"),
     # 02
     "check_lstm_step": Spec(
@@ -53,20 +56,20 @@ SPECS: dict[str, Spec] = {
     "check_gru_step": Spec(
         "x: f[n, d]; h: f[n, k]; W_x: f[3*k, d]; W_h: f[3*k, k]; b_x: f[3*k]; b_h: f[3*k]", grad=(0, 1)
     ),
-    "check_forget_bias": Spec(tol=1e-3),
+    "check_forget_bias": Spec(number={"significant": 3}),
     "check_gru_parameters": Spec(),
     # 03
     "check_bahdanau_attention": Spec(
         "s_prev: f[n, e]; H: f[n, t, c]; mask: mask[n, t]; W_1: f[a, e]; W_2: f[a, c]; v: f[a]", grad=True
     ),
     "check_shift_targets": Spec(custom="shift_targets"),
-    "check_bottleneck_bits": Spec(tol=1e-3),
+    "check_bottleneck_bits": Spec(number={"significant": 3}),
     "check_beam_step": Spec("scores: f[n]; log_probs: f[n, v]; k: int(k)"),
     # 04
     "check_attention": Spec("q: f[*b, n, d]; k: f[*b, m, d]; v: f[*b, m, e]", grad=True),
     "check_masked_attention": Spec("q: f[*b, n, d]; k: f[*b, m, d]; v: f[*b, m, e]; mask: mask[*b, n, m]", grad=True),
     "check_softmax_temperature": Spec("scores: f[*b, n] large; temperature: float(0.25, 1.0, 4.0)", grad=True),
-    "check_score_std": Spec(tol=1e-3),
+    "check_score_std": Spec(),
     # 05
     "check_cross_attention": Spec(
         "X: f[*b, n, d]; Z: f[*b, m, e]; W_q: f[d, k]; W_k: f[e, k]; W_v: f[e, u]", grad=True
@@ -103,7 +106,9 @@ SPECS: dict[str, Spec] = {
     "check_causal_linear_attention": Spec("q: f[t, d]; k: f[t, d]; v: f[t, e]", grad=True),
     # 10
     "check_patchify": Spec("images: f[n, c, p*h, p*w]; patch_size: int(p)"),
-    "check_n_tokens": Spec(table=((224, 224, 16), (32, 48, 8), (30, 30, 4), (16, 16, 16), (384, 224, 32))),
+    "check_n_tokens": Spec(
+        table=((224, 224, 16), (32, 48, 8), (28, 20, 4), (16, 16, 16), (384, 224, 32)), integers=True
+    ),
     "check_vit_large_parameters": Spec(),
     "check_class_attention_map": Spec(custom="class_attention"),
     # 11
@@ -135,7 +140,7 @@ SPECS: dict[str, Spec] = {
     "check_adjacency_mask": Spec(custom="edges"),
     "check_shortest_paths": Spec(custom="graphs"),
     "check_spectrogram_shape": Spec(
-        table=((2016, 64, 32), (16000, 400, 160), (1000, 256, 100), (17, 8, 3), (48, 16, 4))
+        table=((2016, 64, 32), (16000, 400, 160), (1000, 256, 100), (17, 8, 3), (48, 16, 4)), integers=True
     ),
     "check_clip_loss": Spec("image_embeddings: f[n, e]; text_embeddings: f[n, e]; scale: float(1.0, 10.0)", grad=True),
     "check_agent_mask": Spec(table=((2, 3), (3, 4), (1, 5), (4, 1), (1, 1))),
