@@ -2,7 +2,10 @@
 
 A checker compares the learner's answer with a reference on several cases. When they differ, it runs
 known wrong versions ("mistakes") on the same cases; if the answer matches one of them, the hint for
-that mistake is given. Otherwise the hint says which case failed and how (shape, dtype, largest error).
+that mistake is given. Otherwise the exercise's own diagnoses, then the checking helpers', say what kind of
+mistake the difference shows (:mod:`.probe`, :mod:`.diagnose`: a wrong dtype or shape, a transposed
+result, a missing scale, the wrong axis, a batch mixed up, an ignored or swapped argument, ...), and only
+failing those, which case failed and where the values differ. :class:`ExerciseFailed`'s ``kind`` says which.
 
 - A correct answer returns a :class:`Result` that displays as a tick.
 - An exercise that is not attempted yet (the stub still raises ``NotImplementedError``, or the answer is
@@ -153,6 +156,7 @@ def check_function(
     explain: Sequence[Callable[..., str | None]] = (),
     parts: Callable[..., dict[str, float]] | None = None,
     names: Sequence[str] = (),
+    first_case: int = 1,
 ) -> Result:
     """Run ``fn`` on each case and compare with ``reference``; see the module docstring.
 
@@ -165,6 +169,7 @@ def check_function(
     each ``explain(got, expected, *args)`` returning a hint or None, asked after the listed mistakes;
     ``parts(*args)``: for a number result, the named terms it is the sum of (see :func:`check_number`);
     ``names``: the names of the results, for a function that returns several, to say which are wrong.
+    ``first_case``: the number of the first case in the hints (a checker that calls check_function twice).
 
     A wrong result gets the hint of the first listed mistake it matches; otherwise a diagnosis of how it
     differs (:mod:`attnbook.exercises.diagnose`, and a probe of each example of a batch alone); otherwise
@@ -177,7 +182,7 @@ def check_function(
         copies = [(i, c) for i, args in enumerate(cases, start=1) for c in [as_float32(args)] if c]
         every += [Case(0, c, max(atol, 1e-4), max(rtol, 1e-3), i) for i, c in copies]
         every = [case for case in every if keeps_float32(reference, case.args)]
-    for number, case in enumerate(every, start=1):
+    for number, case in enumerate(every, start=first_case):
         case.number, case.kept = number, clone_args(case.args)
         got = _call(fn, reference, case, exercise, error_hints)
         if isinstance(got, Result):
@@ -204,7 +209,8 @@ def check_function(
                 if difference(got, wrong, case.atol, case.rtol) is None:
                     raise ExerciseFailed(exercise, mistake.hint)
             kind, hint = probe.explain(fn, reference, case, diff, explain, parts, (got, expected), names)
-            raise ExerciseFailed(exercise, f"on test case {case.number}, {diff.part}{hint.rstrip('.')}.", kind)
+            part = "" if kind in probe.WHOLE else diff.part  # about the whole call, not one of its results
+            raise ExerciseFailed(exercise, f"on test case {case.number}, {part}{hint.rstrip('.')}.", kind)
     for case in every if gradients else ():  # once every value is right
         _check_gradients(fn, reference, case, exercise, gradient_hint, gradients)
     return Result(exercise, True, success)

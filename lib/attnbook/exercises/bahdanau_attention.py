@@ -38,22 +38,27 @@ def _finish(scores, H, mask, fill=float("-inf"), dim=-1):
 def _attention_cases():
     g = torch.Generator().manual_seed(3)
 
-    def case(B, T, D, d_enc, A, lengths):
+    def case(B, T, D, d_enc, A, lengths, v_scale=1.0):
         r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
         mask = torch.arange(T).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)  # (B, Ts)
-        return (r(B, D), r(B, T, d_enc), mask, r(A, D) / math.sqrt(D), r(A, d_enc) / math.sqrt(d_enc), r(A))
+        return (r(B, D), r(B, T, d_enc), mask, r(A, D) / math.sqrt(D), r(A, d_enc) / math.sqrt(d_enc), r(A) * v_scale)
 
     return [
         case(2, 4, 3, 5, 6, [4, 4]),
         case(3, 6, 4, 8, 5, [6, 3, 1]),
         case(4, 7, 6, 4, 3, [7, 2, 5, 4]),
         case(1, 3, 1, 1, 2, [2]),  # a batch of one, one feature: a squeeze() without its dim drops them
+        case(4, 5, 3, 4, 6, [3, 2, 4, 1], v_scale=1e5),  # scores near +-1e5: below any finite fill value
     ]
 
 
 def check_bahdanau_attention(fn) -> Result:
     """``fn(s_prev, H, mask, W_1, W_2, v)`` returns (context (B, d_enc), weights (B, Ts)) of Bahdanau attention."""
     mistakes = [
+        Mistake(
+            "the scores use a sigmoid; Bahdanau's score is e = v^T tanh(W_1 s + W_2 h), with values of both signs.",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v, squash=torch.sigmoid), H, m),
+        ),
         Mistake(
             "the scores skip the tanh: e = v^T tanh(W_1 s + W_2 h); without it the scoring network is "
             "linear, and the part that depends on s adds the same number to every position.",
@@ -62,6 +67,11 @@ def check_bahdanau_attention(fn) -> Result:
         Mistake(
             "the padding mask is ignored: padded positions get weight. Set their scores to -inf before the softmax.",
             lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, torch.ones_like(m)),
+        ),
+        Mistake(
+            "padded scores are set to a finite number (-1e4): where the real scores are lower still (here they "
+            "reach -1e5), the padding gets the weight. Use float('-inf').",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, m, fill=-1e4),
         ),
         Mistake(
             "padded scores are set to 0, but exp(0) = 1 still gives them weight; use -inf.",

@@ -62,7 +62,7 @@ def _check_attention(cls, d_model: int, n_heads: int) -> Result:
         B, T, _ = x.shape
         return W(x).view(B, T, H, Dh).transpose(1, 2)  # (B, H, T, Dh)
 
-    def attend(x, *, causal=True, scale=None, dim=-1, split=None, project=True, future=False):
+    def attend(x, *, causal=True, scale=None, dim=-1, split=None, project=True, future=False, fill=float("-inf")):
         B, T, D = x.shape
         if split == "no_transpose":
             q, k, v = (ref.W_q(x).view(B, H, T, Dh), ref.W_k(x).view(B, H, T, Dh), ref.W_v(x).view(B, H, T, Dh))
@@ -74,7 +74,7 @@ def _check_attention(cls, d_model: int, n_heads: int) -> Result:
         if causal:
             ones = torch.ones(T, T, dtype=torch.bool)
             allowed = ones.triu() if future else ones.tril()  # upside down: j >= t instead of j <= t
-            s = s.masked_fill(~allowed, float("-inf"))
+            s = s.masked_fill(~allowed, fill)
         w = torch.softmax(s, dim=dim)
         out = (w @ v).transpose(1, 2).reshape(B, T, D)
         return ref.W_o(out) if project else out
@@ -116,15 +116,17 @@ def _check_attention(cls, d_model: int, n_heads: int) -> Result:
             f"is view(B, T, n_heads, d_model // n_heads) = view(B, T, {H}, {Dh}), {H} heads of width {Dh}.",
             lambda x: attend(x, split="swapped"),
         ),
+        Mistake(
+            "the future's scores are set to a finite number (-1e4): where the allowed scores are lower still "
+            "(here they reach -1e6), the future gets the weight. Use float('-inf').",
+            lambda x: attend(x, fill=-1e4),
+        ),
     ]
-    with torch.no_grad():
-        return check_function(
-            module,
-            exercise=exercise,
-            reference=lambda x: ref(x, is_causal=True),
-            cases=inputs(d_model, [(2, 5), (1, 8), (3, 1)]),
-            mistakes=mistakes,
-        )
+    cases = inputs(d_model, [(2, 5), (1, 8), (3, 1)])
+    options = {"exercise": exercise, "reference": lambda x: ref(x, is_causal=True), "mistakes": mistakes}
+    check_function(module, cases=cases, gradients=True, **options)  # the lab trains it: its gradient counts
+    # large activations, scores near +-1e6: their values only, since float32's gradients there are noise
+    return check_function(module, cases=[(cases[0][0] * 1000,)], first_case=len(cases) + 1, **options)
 
 
 # --- 2. the block ---------------------------------------------------------------------------------
@@ -176,14 +178,14 @@ def check_block(cls, d_model: int = 16, n_heads: int = 4, activation: str = "rel
             lambda x: (lambda z: z + ffn(n2(z)))(x + ref.self_attn(n1(x))),
         ),
     ]
-    with torch.no_grad():
-        return check_function(
-            module,
-            exercise=exercise,
-            reference=lambda x: ref(x, is_causal=True),
-            cases=inputs(d_model, [(2, 5), (1, 7)]),
-            mistakes=mistakes,
-        )
+    return check_function(
+        module,
+        exercise=exercise,
+        reference=lambda x: ref(x, is_causal=True),
+        cases=inputs(d_model, [(2, 5), (1, 7)]),
+        mistakes=mistakes,
+        gradients=True,  # the lab trains it: its gradient must reach the input
+    )
 
 
 # --- 3. the model ---------------------------------------------------------------------------------
@@ -274,5 +276,14 @@ def check_mini_gpt(cls, activation: str = "relu") -> Result:
                     "the position embedding is indexed with torch.arange(T), the length of this input, not block_size.",
                 )
             ],
+        )
+    with torch.enable_grad():  # the lab trains it: its logits must depend on its weights through autograd
+        logits = module(cases[0][0])
+    if isinstance(logits, torch.Tensor) and not logits.requires_grad:
+        raise ExerciseFailed(
+            exercise,
+            "your logits carry no gradient: training could not update the model's weights. Remove the "
+            "torch.no_grad() (or the .detach()) from forward; generation needs no_grad, the model does not.",
+            "gradient",
         )
     return result

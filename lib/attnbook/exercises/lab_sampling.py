@@ -27,8 +27,28 @@ def check_next_token_probs(fn) -> Result:
         (torch.randn(2, 10, generator=g), 1.0, 3),
         (torch.randn(4, 6, generator=g), 2.0, 2),
         (torch.randn(2, 5, generator=g, dtype=torch.float64), 0.7, 2),  # float64 logits stay float64
+        (torch.randn(3, 6, generator=g, dtype=torch.float64) * 10 - 1e5, 1.0, 3),  # a shift changes nothing
     ]
+
+    def kept(z, k, fill=float("-inf"), strict=True):
+        if k is None:
+            return z
+        kth = torch.topk(z, k, -1).values[..., -1:]
+        return z.masked_fill(z < kth if strict else z <= kth, fill)
+
     mistakes = [
+        Mistake(
+            "the k-th largest logit is dropped too: keep the logits >= the k-th (mask those < it, not <=).",
+            lambda z, t, k: torch.softmax(kept(z, k, strict=False) / t, dim=-1),
+        ),
+        Mistake(
+            "the dropped logits are set to 0, but exp(0) still gives them probability: set them to -inf.",
+            lambda z, t, k: torch.softmax(kept(z, k, fill=0.0) / t, dim=-1),
+        ),
+        Mistake(
+            "the softmax is missing: turn the (scaled, kept) logits into probabilities that sum to 1.",
+            lambda z, t, k: kept(z, k) / t,
+        ),
         Mistake(
             "the logits are multiplied by the temperature; divide them: softmax(logits / τ).",
             lambda z, t, k: _probs(z * t * t, t, k),
@@ -36,6 +56,14 @@ def check_next_token_probs(fn) -> Result:
         Mistake(
             "top_k is ignored: keep the k largest logits and set the others to -inf before the softmax.",
             lambda z, t, k: _probs(z, t, None),
+        ),
+        Mistake(
+            "the logits outside the top k are set to a finite number (-1e4): where the kept logits are lower "
+            "still (a softmax is unchanged by a shift, so logits near -1e5 are valid), the dropped tokens get the "
+            "probability. Use float('-inf').",
+            lambda z, t, k: torch.softmax(
+                (z if k is None else z.masked_fill(z < torch.topk(z, k, -1).values[..., -1:], -1e4)) / t, dim=-1
+            ),
         ),
         Mistake(
             "the k largest are kept after the softmax without renormalising: mask the logits (-inf) "

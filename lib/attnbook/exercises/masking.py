@@ -106,6 +106,10 @@ def check_safe_masked_softmax(fn) -> Result:
     def big_negative(scores, mask):
         return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
 
+    def finite_fill(scores, mask):
+        w = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)
+        return w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+
     def zeroed_after(scores, mask):
         return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
 
@@ -133,9 +137,17 @@ def check_safe_masked_softmax(fn) -> Result:
             "scores before the softmax.",
             zeroed_after,
         ),
+        Mistake(
+            "forbidden scores are set to a finite number (-1e4): where the allowed scores are lower still (a "
+            "softmax is unchanged by a shift, so scores near -1e5 are valid), the forbidden keys get the weight. "
+            "Use float('-inf').",
+            finite_fill,
+        ),
     ]
     big = torch.tensor([[1000.0, -1000.0, 3.0], [50.0, 0.0, -50.0]], dtype=torch.float64)  # exp overflows
     cases.append((big, torch.tensor([[True, True, False], [False, False, False]])))
+    low = torch.randn(3, 4, generator=g, dtype=torch.float64) * 10 - 1e5  # a softmax is unchanged by a shift
+    cases.append((low, torch.tensor([[True, False, True, False], [False] * 4, [False, True, True, True]])))
     return check_function(
         fn,
         exercise="masked softmax without NaN",

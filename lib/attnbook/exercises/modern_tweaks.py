@@ -110,6 +110,7 @@ def check_rope(fn) -> Result:
         (torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64), 0),
         (torch.randn(1, 4, 16, generator=g, dtype=torch.float64), 7),
     ]
+    far = [(torch.randn(2, 3, 8, generator=g, dtype=torch.float64), 100_000)]  # far into a long context
 
     def reference(x, offset):
         return positional.apply_rope(x, offset=offset)
@@ -120,11 +121,26 @@ def check_rope(fn) -> Result:
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack([x1 * theta.cos() + x2 * theta.sin(), -x1 * theta.sin() + x2 * theta.cos()], -1).flatten(-2)
 
+    def float32_angles(x, offset, positions=torch.float32):
+        Dh = x.shape[-1]
+        w = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float32) / Dh)  # (Dh/2,) in float32
+        theta = (torch.arange(offset, offset + x.shape[-2], dtype=positions)[:, None] * w).to(x.dtype)  # (T, Dh/2)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * theta.cos() - x2 * theta.sin(), x1 * theta.sin() + x2 * theta.cos()], -1).flatten(-2)
+
+    float32_hint = (
+        "the angles lose precision far into the sequence: frequencies computed in float32 carry 7 digits, "
+        "so at position 100,000 the angle is off by about 0.01 rad. Compute the frequencies and the angles "
+        "in float64 (dtype=torch.float64), then convert the cos and sin to x's dtype."
+    )
+
     mistakes = [
         Mistake(
             "the pairs are (i, i + Dh/2) (the rotate-half layout); here a pair is two neighbours, (2i, 2i+1).",
             _rope_halves,
         ),
+        Mistake(float32_hint, float32_angles),
+        Mistake(float32_hint, lambda x, offset: float32_angles(x, offset, positions=torch.float64)),
         Mistake(
             "the offset is ignored: the first row sits at position `offset`, not 0.",
             lambda x, offset: positional.apply_rope(x),
@@ -134,15 +150,10 @@ def check_rope(fn) -> Result:
             wrong_sign,
         ),
     ]
-    return check_function(
-        fn,
-        exercise="rotary position embedding",
-        reference=reference,
-        cases=cases,
-        mistakes=mistakes,
-        gradients=True,
-        explain=[_rope_rotation],
-    )
+    options = {"exercise": "rotary position embedding", "reference": reference, "mistakes": mistakes}
+    check_function(fn, cases=cases, gradients=True, explain=[_rope_rotation], **options)
+    # float64 only: at position 100,000 float32 itself cannot hold the angle to better than about 0.004 rad
+    return check_function(fn, cases=far, float32=False, first_case=2 * len(cases) + 1, **options)
 
 
 def _wrap(angle: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,9 @@ import torch
 from . import diagnose, diagnose_error, diagnose_number
 from .compare import ORDINAL, Difference, clone_args, difference, tensors
 
-__all__ = ["Case", "explain", "explain_error"]
+__all__ = ["Case", "explain", "explain_error", "WHOLE"]
+
+WHOLE = {"mistake", "batch", "swapped", "unused", "argument", "part", "float32", "large values"}  # whole-call kinds
 
 
 @dataclass
@@ -239,13 +241,13 @@ def _swap_probe(fn: Callable, reference: Callable, case: Case) -> str | None:
 
 def _changed_value(a: Any) -> Any:
     if isinstance(a, torch.Tensor) and a.is_floating_point():
-        return a * 1.5 + 0.25
+        return a * 1.7 + 0.3
     if isinstance(a, torch.Tensor) and a.dtype == torch.bool and a.dim() >= 1:
         flipped = a.clone()
         flipped.view(-1)[: max(1, a.numel() // 3)] ^= True
         return flipped
     if isinstance(a, float):
-        return a * 1.5 + 0.25
+        return a * 1.7 + 0.3
     return None
 
 

@@ -229,6 +229,7 @@ def _clip_cases():
         ([_randn(g, 3, 4, scale=5.0), _randn(g, 4, scale=5.0)], 1.0),  # large: must be scaled down
         ([_randn(g, 2, 2, scale=0.01), _randn(g, 5, scale=0.01)], 1.0),  # small: must be left alone
         ([_randn(g, 6, scale=10.0), _randn(g, 2, 3, scale=0.1), _randn(g, 1, scale=1.0)], 2.5),  # uneven sizes
+        ([torch.zeros(3, 4, dtype=DT), torch.zeros(5, dtype=DT)], 1.0),  # a zero gradient: left as it is
     ]
 
 

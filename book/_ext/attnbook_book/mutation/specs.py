@@ -60,15 +60,17 @@ SPECS: dict[str, Spec] = {
     "check_gru_parameters": Spec(),
     # 03
     "check_bahdanau_attention": Spec(
-        "s_prev: f[n, e]; H: f[n, t, c]; mask: mask[n, t]; W_1: f[a, e]; W_2: f[a, c]; v: f[a]", grad=True
+        "s_prev: f[n, e]; H: f[n, t, c]; mask: mask[n, t]; W_1: f[a, e]; W_2: f[a, c]; v: f[a] huge", grad=True
     ),
     "check_shift_targets": Spec(custom="shift_targets"),
     "check_bottleneck_bits": Spec(number={"significant": 3}),
     "check_beam_step": Spec("scores: f[n]; log_probs: f[n, v]; k: int(k)"),
     # 04
     "check_attention": Spec("q: f[*b, n, d]; k: f[*b, m, d]; v: f[*b, m, e]", grad=True),
-    "check_masked_attention": Spec("q: f[*b, n, d]; k: f[*b, m, d]; v: f[*b, m, e]; mask: mask[*b, n, m]", grad=True),
-    "check_softmax_temperature": Spec("scores: f[*b, n] large; temperature: float(0.25, 1.0, 4.0)", grad=True),
+    "check_masked_attention": Spec(
+        "q: f[*b, n, d] large; k: f[*b, m, d] large; v: f[*b, m, e]; mask: mask[*b, n, m]", grad=True
+    ),
+    "check_softmax_temperature": Spec("scores: f[*b, n] large shift; temperature: float(0.25, 1.0, 4.0)", grad=True),
     "check_score_std": Spec(),
     # 05
     "check_cross_attention": Spec(
@@ -80,7 +82,7 @@ SPECS: dict[str, Spec] = {
     # 06
     "check_causal_mask": Spec(table=((1,), (2,), (5,), (8,))),
     "check_decoder_mask": Spec("lengths: lengths[n] <= t; T: int(t)"),
-    "check_safe_masked_softmax": Spec("scores: f[*b, n, m] large; mask: mask0[*b, n, m]", grad=True),
+    "check_safe_masked_softmax": Spec("scores: f[*b, n, m] large shift; mask: mask0[*b, n, m]", grad=True),
     "check_allowed_count": Spec(),
     # 07
     "check_split_heads": Spec("x: f[n, t, h*k]; n_heads: int(h)"),
@@ -114,14 +116,14 @@ SPECS: dict[str, Spec] = {
     # 11
     "check_rmsnorm": Spec("x: f[*b, d]; weight: f[d]; eps: float(1e-6, 1e-2)", grad=True),
     "check_swiglu": Spec("x: f[*b, d]; W_1: f[d, h]; W_2: f[d, h]; W_3: f[h, d]", grad=True),
-    "check_rope": Spec("x: f[*b, t, 2*h]; offset: value(0, 3, 1000)", grad=True),
+    "check_rope": Spec("x: f[*b, t, 2*h]; offset: value(0, 3, 1000)", grad=True, custom="rope_far"),
     "check_kv_cache_bytes": Spec(),
     # 12
-    "check_causal_self_attention": Spec("x: f[n, t, d]", init=((16, 4), (12, 3), (8, 1)), bind=("d",)),
+    "check_causal_self_attention": Spec("x: f[n, t, d] large", init=((16, 4), (12, 3), (8, 1)), bind=("d",)),
     "check_block": Spec("x: f[n, t, d]", init=((16, 4), (12, 2)), bind=("d",)),
     "check_mini_gpt": Spec("idx: long[n, t] < v", init=((13, 8, 16, 4, 2), (7, 5, 8, 2, 1)), bind=("v",)),
     "check_next_token_probs": Spec(
-        "logits: f[n, v] large; temperature: float(1.0, 0.5, 2.0); top_k: value(None, 1, 3)", grad=True
+        "logits: f[n, v] large shift; temperature: float(1.0, 0.5, 2.0); top_k: value(None, 1, 3)", grad=True
     ),
     "check_generate": Spec(custom="generate"),
     # 13
@@ -132,7 +134,7 @@ SPECS: dict[str, Spec] = {
     # 14
     "check_training_flops": Spec(table=((4, 128, 2_000_000), (1, 16, 3), (12, 768, 3 * 10**11), (3, 7, 100))),
     "check_fit_exponent": Spec(custom="fit_exponent"),
-    "check_compute_optimal": Spec(table=((5.76e23, 20.0), (1e18, 20.0), (3e14, 5.0), (6.0, 1.0))),
+    "check_compute_optimal": Spec(table=((5.76e23, 20.0), (1e18, 20.0), (3e14, 5.0), (6.0, 1.0), (1000.0, 20.0))),
     "check_loss_scale": Spec(),
     "check_attention_entropy": Spec("weights: f[n, h, t, t] prob0", grad=True),
     # 15
@@ -167,6 +169,8 @@ def _clip():
         shapes = [(3, 4), (5,), (2, 2, 2)][: 1 + seed % 3]
         grads = [torch.randn(s, generator=g, dtype=dtype) * scale for s in shapes]
         out.append(Input((grads, max_norm), f"{len(grads)} tensors, {dtype}, scale {scale}, max_norm {max_norm}"))
+    zeros = [torch.zeros(3, 4, dtype=torch.float64), torch.zeros(5, dtype=torch.float64)]
+    out.append(Input((zeros, 1.0), "a zero gradient"))  # small enough: it comes back unchanged
     return out
 
 
@@ -180,6 +184,15 @@ def _shift_targets():
         targets[torch.arange(T) >= lengths[:, None]] = 0  # padded after each sentence
         out.append(Input((targets, lengths), f"B={B}, T={T}"))
     return out
+
+
+def _rope_far():
+    """Rows far into a long context, in float64 only (float32 cannot hold the angle at position 100,000)."""
+    g = _g(0)
+    return [
+        Input((torch.randn(*shape, generator=g, dtype=torch.float64), 100_000), f"{shape} at 100,000")
+        for shape in [(3, 4), (2, 3, 8)]
+    ]
 
 
 def _post_norm_block():
@@ -317,6 +330,7 @@ CUSTOM = {
     "clip": _clip,
     "shift_targets": _shift_targets,
     "post_norm_block": _post_norm_block,
+    "rope_far": _rope_far,
     "online_softmax": _online_softmax,
     "class_attention": _class_attention,
     "generate": _generate,
