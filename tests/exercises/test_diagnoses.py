@@ -241,6 +241,8 @@ def test_the_exercises_own_diagnosis_comes_first():
         (4096.0, "square", "the square of the expected"),
         (64.5, "near", "close, but the question asks for the exact value"),
         (64 - 12.0, "term", "leaves out the biases (12)"),
+        (64 / 2**11, "factor", "2^11 times too small"),
+        (64e6, "factor", "10^6 times too large"),
     ],
 )
 def test_number_diagnoses(answer, kind, fragment):

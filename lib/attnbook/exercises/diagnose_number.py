@@ -1,7 +1,7 @@
 """What kind of mistake a wrong number shows: a named part of a count left out or counted twice, the sign,
-a factor (2, an input, a simple fraction such as 9/8), off by one, the square or the square root, or a
-near miss outside the precision the question asks for. Used by :func:`attnbook.exercises.check_number` and
-for the numbers a function returns."""
+a factor (2, an input, a power of 2 or 10, a simple fraction such as 9/8), off by one, the square or the
+square root, or a near miss outside the precision the question asks for. Used by
+:func:`attnbook.exercises.check_number` and for the numbers a function returns."""
 
 from __future__ import annotations
 
@@ -56,6 +56,15 @@ def number(
             words = {2: "twice", 4: "four times"}.get(k, f"{k} times") if ratio > 1 else f"1/{k} of"
             return Diagnosis(
                 "factor", f"your answer is {words} the expected one{_factor_meaning(k)}: a factor too many or too few"
+            )
+    for base, unit in ((2, "2^10 = 1024 between KiB, MiB and GiB"), (10, "1000 between thousands, millions, billions")):
+        exponent = round(math.log(ratio, base)) if ratio > 0 else 0
+        if abs(exponent) >= 2 and near(ratio, float(base) ** exponent):
+            size = f"{base}^{abs(exponent)}"
+            return Diagnosis(
+                "factor",
+                f"your answer is {size} times too {'large' if exponent > 0 else 'small'}: a size squared or left "
+                f"out, a power (**) written as a product, or a unit ({unit})",
             )
     fraction = Fraction(ratio).limit_denominator(16)
     if 1 < fraction.numerator <= 64 and 1 < fraction.denominator and near(ratio, float(fraction)):
