@@ -220,5 +220,6 @@ def check_attention_entropy(fn) -> Result:
         mistakes=mistakes,
         rtol=1e-5,
         atol=1e-7,
-        gradients=True,
+        # the values only, as the exercise asks: at a weight of 0 the entropy's derivative is infinite, and
+        # each right form (xlogy, a clamped logarithm, torch.distributions) has its own gradient there
     )
