@@ -113,6 +113,11 @@ def check_safe_masked_softmax(fn) -> Result:
     def zeroed_after(scores, mask):
         return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
 
+    def max_over_every_score(scores, mask):
+        e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)).masked_fill(~mask, 0.0)
+        total = e.sum(dim=-1, keepdim=True)
+        return e / torch.where(total > 0, total, torch.ones_like(total))
+
     g = torch.Generator().manual_seed(3)
     cases = []
     for shape in [(4, 5), (2, 3, 6)]:
@@ -133,6 +138,13 @@ def check_safe_masked_softmax(fn) -> Result:
             big_negative,
         ),
         Mistake(
+            "the maximum subtracted before exp is taken over every score, the masked ones included: when a "
+            "masked key has the largest score (1000 here), exp(score - max) underflows to 0 for every allowed "
+            "key and the row comes out as zeros. Take the maximum over the allowed scores only: mask the scores "
+            "with -inf first, then let torch.softmax subtract their maximum.",
+            max_over_every_score,
+        ),
+        Mistake(
             "the weights are zeroed after the softmax, so the allowed ones no longer sum to 1; mask the "
             "scores before the softmax.",
             zeroed_after,
@@ -146,6 +158,8 @@ def check_safe_masked_softmax(fn) -> Result:
     ]
     big = torch.tensor([[1000.0, -1000.0, 3.0], [50.0, 0.0, -50.0]], dtype=torch.float64)  # exp overflows
     cases.append((big, torch.tensor([[True, True, False], [False, False, False]])))
+    tall = torch.tensor([[0.0, 1.0, 1000.0], [-5.0, 800.0, 2.0]], dtype=torch.float64)  # masked key largest
+    cases.append((tall, torch.tensor([[True, True, False], [True, False, True]])))
     low = torch.randn(3, 4, generator=g, dtype=torch.float64) * 10 - 1e5  # a softmax is unchanged by a shift
     cases.append((low, torch.tensor([[True, False, True, False], [False] * 4, [False, True, True, True]])))
     return check_function(
