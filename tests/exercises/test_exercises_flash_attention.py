@@ -237,3 +237,15 @@ def _causal_softmax(q, k, v, scale=1.0):
 )
 def test_causal_linear_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_causal_linear_attention, wrong, fragment)
+
+
+def test_merge_rejects_the_overflowing_exp_of_the_log_sum_exps():
+    # exact while exp(lse) fits in a float, NaN once it overflows (a log-sum-exp of about 1000)
+    def exp_of_lse(o1, lse1, o2, lse2):
+        e1, e2 = torch.exp(lse1), torch.exp(lse2)
+        return (e1[..., None] * o1 + e2[..., None] * o2) / (e1 + e2)[..., None], torch.log(e1 + e2)
+
+    o1, lse1, o2, lse2 = (torch.rand(2, 3, dtype=torch.float64), torch.rand(2, dtype=torch.float64)) * 2
+    for got, expected in zip(exp_of_lse(o1, lse1, o2, lse2), right_merge(o1, lse1, o2, lse2)):
+        torch.testing.assert_close(got, expected)
+    assert_fails_with(ex.check_merge_partial_attention, exp_of_lse, "exp(lse) overflows")

@@ -152,6 +152,7 @@ def _merge_cases():
         ((), 3, 4, 6, 5, 1.0),
         ((2,), 4, 7, 3, 8, 1.0),
         ((2, 2), 2, 5, 5, 4, 40.0),
+        ((2,), 3, 4, 5, 6, 400.0),  # log-sum-exps near 1000: exp(lse) overflows even in float64
     ]:
         q = torch.randn(*batch, t_q, d, generator=g, dtype=torch.float64) * spread
         k1 = torch.randn(*batch, t_k1, d, generator=g, dtype=torch.float64)
@@ -182,7 +183,17 @@ def check_merge_partial_attention(fn) -> Result:
         out, _ = _merge_reference(o1, lse1, o2, lse2)
         return out, torch.maximum(lse1, lse2)
 
+    def exp_of_lse(o1, lse1, o2, lse2):
+        e1, e2 = torch.exp(lse1), torch.exp(lse2)
+        return (e1[..., None] * o1 + e2[..., None] * o2) / (e1 + e2)[..., None], torch.log(e1 + e2)
+
     mistakes = [
+        Mistake(
+            "exp(lse) overflows for large scores (a log-sum-exp of 1000 here; 89 is enough in float32): "
+            "weight each part by exp(lse_part - lse_total), at most 1, and combine the log-sum-exps with "
+            "torch.logaddexp.",
+            exp_of_lse,
+        ),
         Mistake(
             "the two halves are not equally important: weight each by its share of the total softmax "
             "denominator, exp(lse_part - lse_total).",
