@@ -310,6 +310,7 @@ def _graphs():
         ([], 2),
         ([(0, 1)], 1 + 1),
         ([(0, 2), (2, 4), (1, 3)], 6),
+        ([(i, i + 1) for i in range(9)], 10),  # a path: its ends n - 1 edges apart
     ]:
         out.append(Input((graphs.adjacency_from_edges(edges, n),), f"edges {edges}, {n} nodes"))
     return out
