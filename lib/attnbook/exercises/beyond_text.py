@@ -199,8 +199,8 @@ def check_spectrogram_shape(fn) -> Result:
 
     mistakes = [
         Mistake(
-            "a real signal's spectrum is symmetric, so only the frequencies 0 .. n_fft / 2 are kept: "
-            "n_fft // 2 + 1 bins, not n_fft.",
+            "a real signal's spectrum is conjugate-symmetric, X[n_fft - f] = X[f]*, so only the frequencies "
+            "0 .. n_fft / 2 are kept: n_fft // 2 + 1 bins, not n_fft.",
             lambda n, f, h: (f, 1 + n // h),
         ),
         Mistake(
