@@ -160,8 +160,11 @@ test-mutation: python-env
 
 test-notebooks: execute
 
+# The browser tests two at a time, then Lighthouse's audit of the pages alone: it simulates a slow phone from
+# the CPU time the pages take here, which other work on the machine would inflate.
 test-site: python-env
-	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m site -p no:cacheprovider -n $(JOBS)
+	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m "site and not lighthouse" -p no:cacheprovider -n $(JOBS)
+	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m lighthouse -p no:cacheprovider
 
 test-pdf: python-env
 	ATTNBOOK_HTML=$(BUILD)/html ATTNBOOK_PDF=$(PDF) $(PY) -m pytest tests -m pdf -p no:cacheprovider

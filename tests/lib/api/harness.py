@@ -78,6 +78,7 @@ from attnbook import (
     blocks,
     bpe,
     bptt,
+    circuits,
     config,
     contrastive,
     costs,
@@ -86,6 +87,7 @@ from attnbook import (
     export,
     flash,
     gpt2,
+    graph_experiment,
     graphs,
     interpret,
     lora,
@@ -122,6 +124,7 @@ MODULES = {
     "measure": measure,
     "costs": costs,
     "graphs": graphs,
+    "graph_experiment": graph_experiment,
     "audio": audio,
     "contrastive": contrastive,
     "lora": lora,
@@ -133,6 +136,7 @@ MODULES = {
     "scaling_grid": scaling_grid,
     "export": export,
     "interpret": interpret,
+    "circuits": circuits,
 }
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype
