@@ -15,24 +15,26 @@ __all__ = ["check_bahdanau_attention", "check_beam_step", "check_shift_targets",
 # --- one step of Bahdanau attention -------------------------------------------------------------------
 
 
-def _attention_reference(s_prev, H, mask, W_1, W_2, v):
+def _attention_reference(s_prev, annotations, mask, W_1, W_2, v):
     """The library's AdditiveAttention with the given weights copied in."""
-    attention = AdditiveAttention(W_1.shape[1], W_2.shape[1], W_1.shape[0]).to(H.dtype)
+    attention = AdditiveAttention(W_1.shape[1], W_2.shape[1], W_1.shape[0]).to(annotations.dtype)
     with torch.no_grad():
         attention.score.W_1.weight.copy_(W_1)
         attention.score.W_2.weight.copy_(W_2)
         attention.score.v.weight.copy_(v.unsqueeze(0))
-        context, weights = attention(s_prev.unsqueeze(1), H, H, mask.unsqueeze(1), return_weights=True)
+        context, weights = attention(
+            s_prev.unsqueeze(1), annotations, annotations, mask.unsqueeze(1), return_weights=True
+        )
     return context.squeeze(1), weights.squeeze(1)  # (B, d_enc), (B, Ts)
 
 
-def _scores(s_prev, H, W_1, W_2, v, squash=torch.tanh):
-    return squash((s_prev @ W_1.T).unsqueeze(1) + H @ W_2.T) @ v  # (B, Ts)
+def _scores(s_prev, annotations, W_1, W_2, v, squash=torch.tanh):
+    return squash((s_prev @ W_1.T).unsqueeze(1) + annotations @ W_2.T) @ v  # (B, Ts)
 
 
-def _finish(scores, H, mask, fill=float("-inf"), dim=-1):
+def _finish(scores, annotations, mask, fill=float("-inf"), dim=-1):
     weights = torch.softmax(scores.masked_fill(~mask, fill), dim=dim)  # (B, Ts)
-    return (weights.unsqueeze(1) @ H).squeeze(1), weights
+    return (weights.unsqueeze(1) @ annotations).squeeze(1), weights
 
 
 def _attention_cases():
@@ -53,7 +55,8 @@ def _attention_cases():
 
 
 def check_bahdanau_attention(fn) -> Result:
-    """``fn(s_prev, H, mask, W_1, W_2, v)`` returns (context (B, d_enc), weights (B, Ts)) of Bahdanau attention."""
+    """``fn(s_prev, annotations, mask, W_1, W_2, v)`` returns (context (B, d_enc), weights (B, Ts)) of Bahdanau
+    attention."""
     mistakes = [
         Mistake(
             "the scores use a sigmoid; Bahdanau's score is e = v^T tanh(W_1 s + W_2 h), with values of both signs.",
@@ -101,8 +104,8 @@ def check_bahdanau_attention(fn) -> Result:
         error_hints=[
             (
                 "shapes cannot be multiplied",
-                "check the shapes: W_1 is (A, D), so W_1 s is s @ W_1.T; "
-                "W_2 h_i for every i is H @ W_2.T, of shape (B, Ts, A).",
+                "check the shapes: W_1 is (d_attn, D), so W_1 s is s_prev @ W_1.T; "
+                "W_2 h_i for every i is annotations @ W_2.T, of shape (B, Ts, d_attn).",
             )
         ],
         gradients=True,
