@@ -8,9 +8,9 @@ from exercise_helpers import assert_fails_with, stub
 
 
 def prefix(weights, shift=1, first=None):
-    L = weights.shape[-1] // 2
-    t = torch.arange(L if first is None else first, 2 * L)
-    return weights[:, :, t, t - L + shift].mean(dim=(0, 2))
+    M = weights.shape[-1] // 2
+    t = torch.arange(M if first is None else first, 2 * M)
+    return weights[:, :, t, t - M + shift].mean(dim=(0, 2))
 
 
 def test_prefix_matching_checker():
@@ -19,16 +19,24 @@ def test_prefix_matching_checker():
 
     def looped(weights):  # another correct way: one query at a time
         B, H, T, _ = weights.shape
-        L = T // 2
-        return sum(weights[:, :, t, t - L + 1] for t in range(L, T)).mean(0) / L
+        M = T // 2
+        return sum(weights[:, :, t, t - M + 1] for t in range(M, T)).mean(0) / M
 
     assert ex.check_prefix_matching(looped)
     assert not ex.check_prefix_matching(stub)
-    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=0), "same token (t - L)")
+    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=0), "same token (t - M)")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=2), "one position too far")
-    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, first=w.shape[-1] // 2 - 1), "first half")
+    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, first=w.shape[-1] // 2 - 1), "t = M .. 2M - 1")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w).mean().expand(w.shape[1]), "one score per head")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w)[:1], "where (3,) is expected")
+    # the hints use the page's M for the half length (L is the number of layers in the book)
+    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=2), "t - M + 1 follows")
+
+    def past_the_end(weights):
+        t = torch.arange(weights.shape[-1] // 2, weights.shape[-1])
+        return weights[:, :, t, t + 1].mean(dim=(0, 2))
+
+    assert_fails_with(ex.check_prefix_matching, past_the_end, "t runs from M to 2M - 1")
 
 
 def without(W_o, head, n_heads, rows=False, shift=0):

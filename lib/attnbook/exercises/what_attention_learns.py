@@ -19,30 +19,30 @@ def _causal_weights(B, H, T, g, dtype=torch.float64):
 
 def _prefix_cases():
     g = torch.Generator().manual_seed(16)
-    return [(_causal_weights(B, H, 2 * L, g),) for B, H, L in [(2, 3, 4), (1, 2, 6), (3, 4, 5)]]
+    return [(_causal_weights(B, H, 2 * M, g),) for B, H, M in [(2, 3, 4), (1, 2, 6), (3, 4, 5)]]
 
 
 def _offset_score(weights, shift, first=None):
-    """The mean weight from queries first .. 2L - 1 to the key shift positions back."""
-    L = weights.shape[-1] // 2
-    t = torch.arange(L if first is None else first, 2 * L)
+    """The mean weight from queries first .. 2M - 1 to the key shift positions back."""
+    M = weights.shape[-1] // 2
+    t = torch.arange(M if first is None else first, 2 * M)
     return weights[:, :, t, t - shift].mean(dim=(0, 2))
 
 
 def check_prefix_matching(fn) -> Result:
-    """``fn(weights)``: weights (B, H, 2L, 2L) -> (H,), each head's prefix-matching score."""
+    """``fn(weights)``: weights (B, H, 2M, 2M) -> (H,), each head's prefix-matching score."""
     mistakes = [
         Mistake(
-            "that is the weight on the earlier occurrence of the same token (t - L); an induction head looks "
-            "one position further, at the token that followed it: t - L + 1.",
+            "that is the weight on the earlier occurrence of the same token (t - M); an induction head looks "
+            "one position further, at the token that followed it: t - M + 1.",
             lambda w: _offset_score(w, w.shape[-1] // 2),
         ),
         Mistake(
-            "the key is one position too far: the token at t - L + 1 follows the earlier occurrence at t - L.",
+            "the key is one position too far: the token at t - M + 1 follows the earlier occurrence at t - M.",
             lambda w: _offset_score(w, w.shape[-1] // 2 - 2),
         ),
         Mistake(
-            "the queries of the first half have no earlier occurrence to find: average over t = L .. 2L - 1 only.",
+            "the queries of the first half have no earlier occurrence to find: average over t = M .. 2M - 1 only.",
             lambda w: _offset_score(w, w.shape[-1] // 2 - 1, first=w.shape[-1] // 2 - 1),
         ),
         Mistake(
@@ -51,7 +51,7 @@ def check_prefix_matching(fn) -> Result:
             lambda w: interpret.prefix_matching_score(w).mean().expand(w.shape[1]),
         ),
     ]
-    error_hints = [("out of bounds", "the key t - L + 1 must be a position of the sequence: t runs from L to 2L - 1.")]
+    error_hints = [("out of bounds", "the key t - M + 1 must be a position of the sequence: t runs from M to 2M - 1.")]
     return check_function(
         fn,
         exercise="the prefix-matching score",
