@@ -198,6 +198,22 @@ def test_causal_linear_right_answer_passes_and_stub_is_not_attempted():
     assert not ex.check_causal_linear_attention(stub)
 
 
+def test_causal_linear_rejects_the_masked_t_by_t_matrix_the_exercise_rules_out():
+    # right values, computed as the masked T x T product the exercise asks to avoid
+    def t_by_t(q, k, v):
+        weights = (phi(q) @ phi(k).T).tril()  # (T, T)
+        return weights @ v / weights.sum(-1, keepdim=True)
+
+    def t_by_t_masked_fill(q, k, v):
+        T = q.shape[0]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        weights = (phi(q) @ phi(k).T).masked_fill(future, 0.0)
+        return weights @ v / weights.sum(-1, keepdim=True)
+
+    assert_fails_with(ex.check_causal_linear_attention, t_by_t, "a T x T matrix")
+    assert_fails_with(ex.check_causal_linear_attention, t_by_t_masked_fill, "a T x T matrix")
+
+
 def test_causal_linear_reference_is_causal_and_equals_the_running_sums():
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(7, 4, generator=g, dtype=torch.float64) for _ in range(3))

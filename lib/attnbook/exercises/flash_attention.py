@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import flash
-from . import Mistake, Result, check_function, check_number
+from . import ExerciseFailed, Mistake, Result, check_function, check_number, method
 
 __all__ = [
     "check_online_softmax_update",
@@ -326,7 +326,7 @@ def check_causal_linear_attention(fn) -> Result:
             lambda q, k, v: softmax(q, k, v, scale=q.shape[-1] ** -0.5),
         ),
     ]
-    return check_function(
+    result = check_function(
         fn,
         exercise="causal linear attention",
         reference=_causal_linear_reference,
@@ -336,3 +336,18 @@ def check_causal_linear_attention(fn) -> Result:
         rtol=1e-7,
         gradients=True,
     )
+    # the running sums hold (T, d, dv) numbers, a T x T matrix T^2: at T = 2048, d = 4, dv = 3 that is
+    # 0.2 MB against 34 MB in float64, so a peak above a quarter of T^2 numbers means a T x T matrix
+    g = torch.Generator().manual_seed(14)
+    t, d, dv = 2048, 4, 3
+    long = tuple(torch.randn(t, n, generator=g, dtype=torch.float64) for n in (d, d, dv))
+    peak = method.peak_bytes(fn, long) if result.passed else 0
+    if peak > t * t * 8 / 4:
+        raise ExerciseFailed(
+            "causal linear attention",
+            f"your values are right, but your function builds a T x T matrix (its tensors held {peak / 2**20:.0f} "
+            f"MiB at T = {t}, where the running sums need about {t * d * dv * 8 / 2**20:.1f} MiB): the exercise "
+            "asks for the sums over j <= t without one. Take torch.cumsum over the positions of the outer "
+            "products phi(k_j) v_j^T, shape (T, d, dv), and of phi(k_j).",
+        )
+    return result

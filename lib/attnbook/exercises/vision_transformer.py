@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import vit
-from . import Mistake, Result, check_function, check_number
+from . import ExerciseFailed, Mistake, Result, check_function, check_number, method
 
 __all__ = ["check_patchify", "check_n_tokens", "check_vit_large_parameters", "check_class_attention_map"]
 
@@ -55,9 +55,16 @@ def check_patchify(fn) -> Result:
             column_major,
         ),
     ]
-    return check_function(
+    result = check_function(
         fn, exercise="patchify", reference=vit.patchify, cases=cases, mistakes=mistakes, atol=0, rtol=0
     )
+    if result.passed and "im2col" in method.operations(fn, cases[1]):  # what F.unfold and nn.Unfold run
+        raise ExerciseFailed(
+            "patchify",
+            "your patches are right, but F.unfold cut them for you; the exercise asks for only reshape and "
+            "permute: split H into (H/P, P) and W into (W/P, P), then permute the axes into place.",
+        )
+    return result
 
 
 def check_n_tokens(fn) -> Result:
