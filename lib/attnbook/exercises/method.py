@@ -1,6 +1,10 @@
 """How an answer computes, for the exercises that prescribe a method as well as a result: the PyTorch
 operations it runs (``F.unfold`` runs ``im2col``) and the most memory its tensors hold at once (a T x T
-matrix at a large T). Values alone cannot tell these answers from the asked-for ones."""
+matrix at a large T). Values alone cannot tell these answers from the asked-for ones.
+
+These checks guide the learner in the notebook; they do not count in a grade. The grader replays the
+recorded results of the learner's calls (:mod:`attnbook.grading.replay`), and a replayed call runs none of
+the learner's operations, so there they see nothing to reject."""
 
 from __future__ import annotations
 
