@@ -42,8 +42,18 @@ def test_bahdanau_attention_mistakes_get_their_hint(wrong, hint):
 
 
 def test_bahdanau_attention_shape_error_and_stub():
-    with pytest.raises(ExerciseFailed, match="W_1 is \\(A, D\\)"):
+    # the hint speaks the page's names: annotations and d_attn (H and A mean other things in the book)
+    with pytest.raises(ExerciseFailed, match=r"W_1 is \(d_attn, D\), so W_1 s is s_prev @ W_1.T"):
         ex.check_bahdanau_attention(lambda s, H, m, W_1, W_2, v: attention(s, H, m, W_1.T, W_2, v))
+
+    def no_transpose(s_prev, annotations, mask, W_1, W_2, v):
+        e = torch.tanh((s_prev @ W_1.T).unsqueeze(1) + annotations @ W_2) @ v  # (B, Ts): W_2 not transposed
+        a = torch.softmax(e.masked_fill(~mask, float("-inf")), dim=-1)
+        return (a.unsqueeze(1) @ annotations).squeeze(1), a
+
+    with pytest.raises(ExerciseFailed, match=r"annotations @ W_2.T, of shape \(B, Ts, d_attn\)") as info:
+        ex.check_bahdanau_attention(no_transpose)
+    assert " H " not in info.value.hint and "(A," not in info.value.hint
     result = ex.check_bahdanau_attention(stub)
     assert not result.passed and "not attempted" in repr(result)
 

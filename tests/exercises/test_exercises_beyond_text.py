@@ -1,5 +1,6 @@
 """Checkers of the chapter on transformers beyond text: right answers pass, usual mistakes get their hint."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from attnbook import audio, graphs
@@ -98,7 +99,7 @@ def test_spectrogram_shape_checker():
     assert ex.check_spectrogram_shape(lambda n, f, h: (f // 2 + 1, 1 + n // h))
     assert ex.check_spectrogram_shape(measured)
     assert not ex.check_spectrogram_shape(stub)
-    assert_fails_with(ex.check_spectrogram_shape, lambda n, f, h: (f, 1 + n // h), "symmetric")
+    assert_fails_with(ex.check_spectrogram_shape, lambda n, f, h: (f, 1 + n // h), "conjugate-symmetric, X[n_fft - f]")
     assert_fails_with(ex.check_spectrogram_shape, lambda n, f, h: (f // 2, 1 + n // h), "both included")
     assert_fails_with(ex.check_spectrogram_shape, lambda n, f, h: (f // 2 + 1, 1 + (n - f) // h), "center=True")
     assert_fails_with(ex.check_spectrogram_shape, lambda n, f, h: (f // 2 + 1, n // h), "frame at sample 0")
@@ -157,3 +158,22 @@ def test_agent_mask_checker():
     )
     assert_fails_with(ex.check_agent_mask, lambda A, T: ~right(A, T), "inverted")
     assert_fails_with(ex.check_agent_mask, lambda A, T: right(A, T).long(), "boolean")
+
+
+@pytest.mark.parametrize("steps", [lambda n: n - 2, lambda n: 4])
+def test_shortest_paths_rejects_a_search_stopped_too_early(steps):
+    # the book's solution with fewer steps: right while no two nodes are more than that many edges apart
+    def stopped_early(adjacency):
+        n = adjacency.shape[0]
+        dist = torch.full((n, n), -1, dtype=torch.long)
+        reached = torch.eye(n, dtype=torch.bool)
+        dist[reached] = 0
+        for step in range(1, steps(n) + 1):
+            frontier = (reached.float() @ adjacency.float() > 0) & ~reached
+            dist[frontier] = step
+            reached |= frontier
+        return dist
+
+    tree = graphs.adjacency_from_edges([(0, 1), (0, 2), (1, 3), (1, 4), (2, 5)], 6)  # at most 4 apart
+    assert torch.equal(stopped_early(tree), graphs.shortest_path_distances(tree))
+    assert_fails_with(ex.check_shortest_paths, stopped_early, "the search stops after")

@@ -172,7 +172,7 @@ def test_attention_flops():
     assert_fails_with(ex.check_attention_flops, 2 * n * n * d, "count both products")
     assert_fails_with(ex.check_attention_flops, n * n * d, "multiply-adds of one product")
     assert_fails_with(ex.check_attention_flops, 4 * n * d * d, "projection")
-    assert_fails_with(ex.check_attention_flops, 8 * n * n * d, "too large")
+    assert_fails_with(ex.check_attention_flops, 8 * n * n * d, "twice the expected")
     assert math.isclose(4 * n * n * d, 1.073741824e9)
 
 
@@ -196,6 +196,22 @@ def test_causal_linear_right_answer_passes_and_stub_is_not_attempted():
         raise NotImplementedError
 
     assert not ex.check_causal_linear_attention(stub)
+
+
+def test_causal_linear_rejects_the_masked_t_by_t_matrix_the_exercise_rules_out():
+    # right values, computed as the masked T x T product the exercise asks to avoid
+    def t_by_t(q, k, v):
+        weights = (phi(q) @ phi(k).T).tril()  # (T, T)
+        return weights @ v / weights.sum(-1, keepdim=True)
+
+    def t_by_t_masked_fill(q, k, v):
+        T = q.shape[0]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        weights = (phi(q) @ phi(k).T).masked_fill(future, 0.0)
+        return weights @ v / weights.sum(-1, keepdim=True)
+
+    assert_fails_with(ex.check_causal_linear_attention, t_by_t, "a T x T matrix")
+    assert_fails_with(ex.check_causal_linear_attention, t_by_t_masked_fill, "a T x T matrix")
 
 
 def test_causal_linear_reference_is_causal_and_equals_the_running_sums():
@@ -237,3 +253,15 @@ def _causal_softmax(q, k, v, scale=1.0):
 )
 def test_causal_linear_usual_mistakes_get_their_hint(wrong, fragment):
     assert_fails_with(ex.check_causal_linear_attention, wrong, fragment)
+
+
+def test_merge_rejects_the_overflowing_exp_of_the_log_sum_exps():
+    # exact while exp(lse) fits in a float, NaN once it overflows (a log-sum-exp of about 1000)
+    def exp_of_lse(o1, lse1, o2, lse2):
+        e1, e2 = torch.exp(lse1), torch.exp(lse2)
+        return (e1[..., None] * o1 + e2[..., None] * o2) / (e1 + e2)[..., None], torch.log(e1 + e2)
+
+    o1, lse1, o2, lse2 = (torch.rand(2, 3, dtype=torch.float64), torch.rand(2, dtype=torch.float64)) * 2
+    for got, expected in zip(exp_of_lse(o1, lse1, o2, lse2), right_merge(o1, lse1, o2, lse2)):
+        torch.testing.assert_close(got, expected)
+    assert_fails_with(ex.check_merge_partial_attention, exp_of_lse, "exp(lse) overflows")

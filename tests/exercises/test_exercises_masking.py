@@ -21,7 +21,8 @@ def test_causal_mask_checker():
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_causal_mask(fn)
-    with pytest.raises(ExerciseFailed, match=r"on test case 1, expected shape \(4, 4\), got shape \(4, 5\)"):
+    wider = r"on test case 1, your result has shape \(4, 5\) where \(4, 4\) is expected: dimension 1 has size 5"
+    with pytest.raises(ExerciseFailed, match=wider):
         ex.check_causal_mask(lambda T: torch.ones(T, T + 1, dtype=torch.bool) if T == 4 else attention.causal_mask(T))
 
 
@@ -70,7 +71,7 @@ def test_safe_masked_softmax_checker():
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_safe_masked_softmax(fn)
-    with pytest.raises(ExerciseFailed, match="values differ"):
+    with pytest.raises(ExerciseFailed, match="times 1/2"):
         ex.check_safe_masked_softmax(lambda s, m: right_softmax(s, m).masked_fill(~m, 0.0) * 0.5)
 
 
@@ -107,3 +108,17 @@ def test_safe_masked_softmax_checks_the_gradients():
         ex.check_safe_masked_softmax(zeroed_in_place)
     with pytest.raises(ExerciseFailed, match="changed its first argument in place"):
         ex.check_safe_masked_softmax(masks_the_callers_scores)
+
+
+def test_safe_masked_softmax_rejects_a_maximum_taken_over_the_masked_scores_too():
+    # exact on small scores, but the masked key's score 1000 is the largest of [[0, 1, 1000]]: every allowed
+    # exp(score - 1000) underflows to 0, and the row comes out as zeros instead of [0.27, 0.73, 0]
+    def max_over_every_score(scores, mask):
+        e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)).masked_fill(~mask, 0.0)
+        total = e.sum(dim=-1, keepdim=True)
+        return e / torch.where(total > 0, total, torch.ones_like(total))
+
+    scores, mask = torch.tensor([[0.0, 1.0, 2.0]]), torch.tensor([[True, True, False]])
+    torch.testing.assert_close(max_over_every_score(scores, mask), right_softmax(scores, mask))
+    with pytest.raises(ExerciseFailed, match="maximum over the allowed scores"):
+        ex.check_safe_masked_softmax(max_over_every_score)

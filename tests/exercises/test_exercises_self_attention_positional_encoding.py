@@ -80,7 +80,7 @@ def test_sinusoidal_2d_checker():
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_sinusoidal_2d(fn)
-    with pytest.raises(ExerciseFailed, match=r"expected shape \(6, 8\), got shape \(2, 3, 8\)"):
+    with pytest.raises(ExerciseFailed, match=r"shape \(2, 3, 8\) where \(6, 8\) is expected"):
         ex.check_sinusoidal_2d(lambda h, w, d: right_2d(h, w, d).view(h, w, d))
 
 
@@ -115,8 +115,10 @@ def test_shift_checker():
     for hint, fn in wrong.items():
         with pytest.raises(ExerciseFailed, match=hint):
             ex.check_shift(fn)
-    with pytest.raises(ExerciseFailed, match=r"on test case 1, values differ"):
+    with pytest.raises(ExerciseFailed, match=r"on test case 1, your function returns the rows as they are"):
         ex.check_shift(lambda pe, k: pe)
+    with pytest.raises(ExerciseFailed, match=r"turns each \(sin, cos\) pair by a fixed angle, but not by k w_i"):
+        ex.check_shift(lambda pe, k: rotate(pe, 2 * k))
 
 
 def test_pe_self_dot_checker():

@@ -32,7 +32,11 @@ def test_count_pairs_checker():
         ),
         "counts twice",
     )
-    assert_fails_with(ex.check_count_pairs, lambda words: {k: v + 1 for k, v in right_pairs(words).items()}, "expected")
+    assert_fails_with(
+        ex.check_count_pairs,
+        lambda words: {k: v + 1 for k, v in right_pairs(words).items()},
+        "your pairs are right but some counts are not",
+    )
 
 
 def right_corrupt(ids, chosen, u, random_ids, mask_id):

@@ -56,6 +56,13 @@ def test_lrate_checker():
     assert ex.check_lrate(lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-1.5))
     assert ex.check_lrate(lambda n, d, w: min(1 / math.sqrt(n), n / math.sqrt(w**3)) / math.sqrt(d))
     assert not ex.check_lrate(stub)
+
+    # the formula on tensors, in float32 (a relative error of about 1e-7): right, at the precision of its dtype
+    def in_float32(n, d, w):
+        return d**-0.5 * torch.minimum(torch.tensor(float(n)) ** -0.5, n * torch.tensor(float(w)) ** -1.5)
+
+    result = ex.check_lrate(in_float32)
+    assert result.passed, result.message
     wrong = {
         "-1.5, not -0.5": lambda n, d, w: d**-0.5 * min(n**-0.5, n * w**-0.5),
         "not the maximum": lambda n, d, w: d**-0.5 * max(n**-0.5, n * w**-1.5),

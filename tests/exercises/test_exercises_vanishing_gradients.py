@@ -135,7 +135,7 @@ def test_gradient_norm_mistakes(wrong, fragment):
 
 def right_clip(grads, max_norm):
     total = torch.sqrt(sum((g**2).sum() for g in grads))
-    return [g * min(1.0, max_norm / total.item()) for g in grads]
+    return [g * min(1.0, max_norm / (total.item() + 1e-6)) for g in grads]
 
 
 def torch_clip(grads, max_norm):
@@ -149,6 +149,14 @@ def torch_clip(grads, max_norm):
 def test_clip_right_answers_pass():
     assert ex.check_clip_grad_norm(right_clip)
     assert ex.check_clip_grad_norm(torch_clip)
+
+
+def test_clip_without_a_guard_fails_on_a_zero_gradient():
+    def unguarded(grads, max_norm):  # right for every gradient but zero: then 1.0 / 0.0 raises
+        total = torch.sqrt(sum((g**2).sum() for g in grads))
+        return [g * min(1.0, max_norm / total.item()) for g in grads]
+
+    assert_fails_with(ex.check_clip_grad_norm, unguarded, "a division by zero")
 
 
 def test_clip_stub_is_not_attempted():

@@ -28,9 +28,17 @@ def test_prefix_matching_checker():
     assert not ex.check_prefix_matching(stub)
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=0), "same token (t - M)")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=2), "one position too far")
-    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, first=w.shape[-1] // 2 - 1), "first half")
+    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, first=w.shape[-1] // 2 - 1), "t = M .. 2M - 1")
     assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w).mean().expand(w.shape[1]), "one score per head")
-    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w)[:1], "expected shape")
+    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w)[:1], "where (3,) is expected")
+    # the hints use the page's M for the half length (L is the number of layers in the book)
+    assert_fails_with(ex.check_prefix_matching, lambda w: prefix(w, shift=2), "t - M + 1 follows")
+
+    def past_the_end(weights):
+        t = torch.arange(weights.shape[-1] // 2, weights.shape[-1])
+        return weights[:, :, t, t + 1].mean(dim=(0, 2))
+
+    assert_fails_with(ex.check_prefix_matching, past_the_end, "t runs from M to 2M - 1")
 
 
 def without(W_o, head, n_heads, rows=False, shift=0):
@@ -57,7 +65,7 @@ def test_without_head_checker():
     assert_fails_with(ex.check_without_head, lambda W, h, H: without(W, h, H, rows=True), "rows")
     assert_fails_with(ex.check_without_head, lambda W, h, H: without(W, h, H, shift=-1), "one head off")
     assert_fails_with(ex.check_without_head, lambda W, h, H: W.clone(), "nothing was removed")
-    assert_fails_with(ex.check_without_head, lambda W, h, H: W * 0, "values differ")
+    assert_fails_with(ex.check_without_head, lambda W, h, H: W * 0, "all zeros")
 
 
 def rollout(weights, residual=True, left=True, mean=True, plus=False):

@@ -65,3 +65,20 @@ def test_a_replayed_backward_with_other_weights_is_a_mismatch():
     out = _replayer(recorder, _softmax).answer()(x.detach().clone().requires_grad_(True))
     with pytest.raises(replay.RecordMismatch, match="other gradients"):
         out.sum().backward()
+
+
+def test_the_method_checks_apply_in_the_notebook_and_not_to_a_replayed_grade():
+    """A masked T x T matrix has the right values: the notebook's checker rejects it for its memory, the
+    replayed one, which runs none of the learner's operations, cannot (attnbook.exercises.method)."""
+    from attnbook.exercises import ExerciseFailed
+    from attnbook.exercises import flash_attention as fa
+
+    def t_by_t(q, k, v):
+        weights = (torch.nn.functional.elu(q) + 1) @ (torch.nn.functional.elu(k) + 1).T
+        weights = weights.tril()  # (T, T)
+        return weights @ v / weights.sum(-1, keepdim=True)
+
+    recorder = replay.Recorder()
+    with pytest.raises(ExerciseFailed, match="a T x T matrix"):
+        fa.check_causal_linear_attention(recorder.wrap(t_by_t))
+    assert fa.check_causal_linear_attention(_replayer(recorder, t_by_t).answer()).passed

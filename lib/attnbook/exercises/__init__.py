@@ -2,7 +2,10 @@
 
 A checker compares the learner's answer with a reference on several cases. When they differ, it runs
 known wrong versions ("mistakes") on the same cases; if the answer matches one of them, the hint for
-that mistake is given. Otherwise the hint says which case failed and how (shape, dtype, largest error).
+that mistake is given. Otherwise the exercise's own diagnoses, then the checking helpers', say what kind of
+mistake the difference shows (:mod:`.probe`, :mod:`.diagnose`: a wrong dtype or shape, a transposed
+result, a missing scale, the wrong axis, a batch mixed up, an ignored or swapped argument, ...), and only
+failing those, which case failed and where the values differ. :class:`ExerciseFailed`'s ``kind`` says which.
 
 - A correct answer returns a :class:`Result` that displays as a tick.
 - An exercise that is not attempted yet (the stub still raises ``NotImplementedError``, or the answer is
@@ -29,12 +32,27 @@ from typing import Any, NamedTuple
 
 import torch
 
+from . import diagnose_number, probe
+from .compare import (
+    ORDINAL,
+    as_float32,
+    changed_argument,
+    clone_args,
+    describe,
+    difference,
+    keeps_float32,
+    like,
+    tensors,
+)
+from .probe import Case
+
 __all__ = [
     "ExerciseFailed",
     "Result",
     "Mistake",
     "check_function",
     "check_number",
+    "number_tolerance",
     "clone_args",
     "gradient_weights",
     "weighted_gradients",
@@ -42,12 +60,19 @@ __all__ = [
 
 
 class ExerciseFailed(AssertionError):
-    """A wrong answer. Its message is the hint; notebooks show only the hint, not a traceback."""
+    """A wrong answer. Its message is the hint; notebooks show only the hint, not a traceback.
 
-    def __init__(self, exercise: str, hint: str):
+    ``kind`` says what the hint names: ``"mistake"`` (one of the exercise's usual mistakes, or the checker's
+    own words), a kind of difference a diagnosis recognised (``"dtype"``, ``"shape"``, ``"batch"``,
+    ``"factor"``, ... see :mod:`attnbook.exercises.diagnose`), or ``"generic"`` when the hint can only say
+    on which case and where the values differ.
+    """
+
+    def __init__(self, exercise: str, hint: str, kind: str = "mistake"):
         super().__init__(f"{exercise}: {hint}")
         self.exercise = exercise
         self.hint = hint
+        self.kind = kind
 
     def _render_traceback_(self) -> list[str]:  # used by IPython instead of the traceback
         return [f"\u2717 {self.exercise}: not yet right.", f"  Hint: {self.hint}"]
@@ -76,19 +101,6 @@ class Mistake(NamedTuple):
     wrong: Callable[..., Any]
 
 
-def clone_args(args: Sequence[Any]) -> tuple:
-    """Copies of the arguments (tensors, and the tensors in lists and tuples), to compare or to hand on."""
-
-    def copy(a):
-        if isinstance(a, torch.Tensor):
-            return a.detach().clone()
-        if isinstance(a, (tuple, list)):
-            return type(a)(copy(v) for v in a)
-        return a
-
-    return tuple(copy(a) for a in args)
-
-
 def gradient_weights(t: torch.Tensor) -> torch.Tensor:
     """The fixed weights w of the sum (w * out).sum() whose gradient a checker compares: one set per shape."""
     seed = sum((i + 1) * 7919 * int(n) for i, n in enumerate(t.shape)) % 2**31
@@ -96,18 +108,10 @@ def gradient_weights(t: torch.Tensor) -> torch.Tensor:
     return torch.randn(tuple(t.shape), generator=g, dtype=torch.float64).to(dtype=t.dtype, device=t.device)
 
 
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (tuple, list)):
-        return [t for item in x for t in _tensors(item)]
-    return []
-
-
 def weighted_gradients(result: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
     """The gradients of sum((gradient_weights(o) * o).sum()) over the float tensors o of ``result`` with
     respect to ``inputs`` (zeros for an input the result does not depend on); None if nothing requires grad."""
-    outputs = [o for o in _tensors(result) if o.is_floating_point() and o.requires_grad]
+    outputs = [o for o in tensors(result) if o.is_floating_point() and o.requires_grad]
     if not outputs:
         return None
     total = sum((gradient_weights(o) * o).sum() for o in outputs)
@@ -115,101 +119,21 @@ def weighted_gradients(result: Any, inputs: Sequence[torch.Tensor]) -> list[torc
     return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
 
 
-def _as_float32(args: Sequence[Any]) -> tuple | None:
-    """The case with its float64 tensors in float32, or None if it has none."""
-    if not any(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in _tensors(list(args))):
-        return None
-
-    def convert(x):
-        if isinstance(x, torch.Tensor):
-            return x.to(torch.float32) if x.dtype == torch.float64 else x
-        if isinstance(x, (tuple, list)):
-            return type(x)(convert(v) for v in x)
-        return x
-
-    return tuple(convert(a) for a in args)
-
-
-def _changed(before: Sequence[Any], after: Sequence[Any]) -> int | None:
-    """The position (from 1) of the first argument whose tensors the call changed, or None."""
-    for number, (b, a) in enumerate(zip(before, after), start=1):
-        for x, y in zip(_tensors(b), _tensors(a)):
-            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x.nan_to_num(0.5), y.nan_to_num(0.5)):
-                return number
-    return None
-
-
-_ORDINAL = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth", 6: "sixth"}
-
-
-def _describe(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
-    return f"{type(x).__name__} {x!r}"[:120]
-
-
-def _difference(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
-    """None when ``got`` equals ``expected`` within tolerance, else a sentence saying how they differ."""
-    if isinstance(expected, (tuple, list)):
-        if not isinstance(got, (tuple, list)) or len(got) != len(expected):
-            return f"expected {len(expected)} results, got {_describe(got)}"
-        for i, (g, e) in enumerate(zip(got, expected)):
-            diff = _difference(g, e, atol, rtol)
-            if diff is not None:
-                return f"result {i}: {diff}"
-        return None
-    if isinstance(expected, torch.Tensor):
-        if not isinstance(got, torch.Tensor):
-            return f"expected {_describe(expected)}, got {_describe(got)}"
-        if got.shape != expected.shape:
-            return f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
-        if got.dtype != expected.dtype:
-            return _dtype_difference(got.dtype, expected.dtype)
-        if got.dtype == torch.bool or not got.is_floating_point():
-            return None if torch.equal(got, expected) else "some entries differ from the expected ones"
-        got, expected = got.detach().cpu().to(torch.float64), expected.detach().cpu().to(torch.float64)
-        if torch.isnan(got).any() and not torch.isnan(expected).any():
-            return "your result contains NaN"
-        if torch.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=True):
-            return None
-        err = (got - expected).abs().nan_to_num(float("inf")).max().item()
-        return f"values differ from the expected ones (largest absolute difference {err:.3g})"
-    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            return f"expected a number, got {_describe(got)}"
-        if math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
-            return None
-        return f"expected about {expected:.6g}, got {got:.6g}"
-    return None if got == expected else f"expected {expected!r}, got {got!r}"
-
-
-def _dtype_difference(got: torch.dtype, expected: torch.dtype) -> str:
-    if expected.is_floating_point and got.is_floating_point:
-        return (
-            f"your result has dtype {got} where {expected} is expected: the result keeps the inputs' dtype "
-            f"(create new tensors with dtype=x.dtype, or with torch.zeros_like and similar, and do not convert)"
-        )
-    if expected == torch.bool:
-        return (
-            f"your result has dtype {got}, but a mask must be boolean (dtype torch.bool): build it with "
-            "comparisons or convert it with .bool()"
-        )
-    kind = {torch.long: "integers (torch.long)"}.get(expected, str(expected))
-    return f"your result has dtype {got}; expected {kind}"
-
-
 def _where_it_raised(fn: Callable, error: BaseException) -> str:
     """The line of the learner's own code that raised, if the error came from inside it."""
     recorded = getattr(error, "_attnbook_where", None)  # an error replayed by the grader (attnbook.grading.replay)
     if isinstance(recorded, str):
         return recorded
-    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)  # a checker's wrapper names the learner's fn
+    import inspect
+
+    try:  # a checker's wrapper names the learner's fn; a decorator (torch.no_grad) wraps it too
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+    except ValueError:
+        code = None
     if code is None:
         return ""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == code.co_filename]
-    if not frames:
+    if not frames or not frames[-1].line:
         return ""
     return f" (at the line `{frames[-1].line}`)"
 
@@ -228,6 +152,11 @@ def check_function(
     float32: bool = True,
     gradients: bool | Sequence[int] = False,
     gradient_hint: str = "",
+    integers: bool = False,
+    explain: Sequence[Callable[..., str | None]] = (),
+    parts: Callable[..., dict[str, float]] | None = None,
+    names: Sequence[str] = (),
+    first_case: int = 1,
 ) -> Result:
     """Run ``fn`` on each case and compare with ``reference``; see the module docstring.
 
@@ -235,106 +164,99 @@ def check_function(
     ``float32`` adds a float32 copy of every case with float64 tensors (compared at float32's precision);
     ``gradients`` compares the gradients of a fixed weighted sum of the result with respect to every float
     tensor argument (True) or to the arguments at these positions (from 0); ``gradient_hint`` is the hint
-    for a NaN gradient where the reference's is finite.
+    for a NaN gradient where the reference's is finite. ``integers``: where the reference returns an int
+    (a count), the answer must too, not a float of the same value. ``explain``: the exercise's own diagnoses,
+    each ``explain(got, expected, *args)`` returning a hint or None, asked after the listed mistakes;
+    ``parts(*args)``: for a number result, the named terms it is the sum of (see :func:`check_number`);
+    ``names``: the names of the results, for a function that returns several, to say which are wrong.
+    ``first_case``: the number of the first case in the hints (a checker that calls check_function twice).
+
+    A wrong result gets the hint of the first listed mistake it matches; otherwise a diagnosis of how it
+    differs (:mod:`attnbook.exercises.diagnose`, and a probe of each example of a batch alone); otherwise
+    the case and where the values differ.
     """
     if not callable(fn):
-        raise ExerciseFailed(exercise, f"expected a function, got {_describe(fn)}")
-    every = [(clone_args(args), atol, rtol) for args in cases]  # copies the answer may spoil, not the cases
+        raise ExerciseFailed(exercise, f"expected a function, got {describe(fn)}", "type")
+    every = [Case(0, clone_args(args), atol, rtol) for args in cases]  # copies the answer may spoil, not the cases
     if float32:
-        every += [(c, max(atol, 1e-4), max(rtol, 1e-3)) for args in cases for c in [_as_float32(args)] if c]
-        every = [case for case in every if _keeps_float32(reference, case[0])]
-    checked = []
-    for number, (args, atol_, rtol_) in enumerate(every, start=1):
-        kept = clone_args(args)
-        got = _call(fn, args, exercise, number, error_hints)
+        copies = [(i, c) for i, args in enumerate(cases, start=1) for c in [as_float32(args)] if c]
+        every += [Case(0, c, max(atol, 1e-4), max(rtol, 1e-3), i) for i, c in copies]
+        every = [case for case in every if keeps_float32(reference, case.args)]
+    for number, case in enumerate(every, start=first_case):
+        case.number, case.kept = number, clone_args(case.args)
+        got = _call(fn, reference, case, exercise, error_hints)
         if isinstance(got, Result):
             return got
-        changed = _changed(kept, args)
+        changed = changed_argument(case.kept, case.args)
         if changed is not None:
             raise ExerciseFailed(
                 exercise,
-                f"your function changed its {_ORDINAL.get(changed, f'argument number {changed}, the')} argument in "
+                f"your function changed its {ORDINAL.get(changed, f'argument number {changed}, the')} argument in "
                 "place: the caller's tensor is no longer what it was. Work on a copy (x.clone()) or use operations "
                 "that return a new tensor (masked_fill, not masked_fill_; x = x / t, not x /= t).",
+                "in place",
             )
-        expected = reference(*clone_args(kept))
-        if not isinstance(fn, torch.nn.Module) and not any(t.is_floating_point() for t in _tensors(list(kept))):
-            got = _like(got, expected)  # a function of sizes alone (an encoding, a mask): any float dtype will do
-        diff = _difference(got, expected, atol_, rtol_)
+        expected = reference(*clone_args(case.kept))
+        if not isinstance(fn, torch.nn.Module) and not any(t.is_floating_point() for t in tensors(list(case.kept))):
+            got = like(got, expected)  # a function of sizes alone (an encoding, a mask): any float dtype will do
+        diff = difference(got, expected, case.atol, case.rtol, case.kept, integers)
         if diff is not None:
             for mistake in mistakes:
                 try:
-                    wrong = mistake.wrong(*clone_args(kept))
+                    wrong = mistake.wrong(*clone_args(case.kept))
                 except Exception:  # this mistake cannot even run on this case, so it is not the one
                     continue
-                if _difference(got, wrong, atol_, rtol_) is None:
+                if difference(got, wrong, case.atol, case.rtol) is None:
                     raise ExerciseFailed(exercise, mistake.hint)
-            raise ExerciseFailed(exercise, f"on test case {number}, {diff}.")
-        checked.append((number, kept, atol_, rtol_))
-    for number, kept, atol_, rtol_ in checked if gradients else ():  # once every value is right
-        _check_gradients(fn, reference, kept, exercise, number, atol_, rtol_, gradient_hint, gradients)
+            kind, hint = probe.explain(fn, reference, case, diff, explain, parts, (got, expected), names)
+            part = "" if kind in probe.WHOLE else diff.part  # about the whole call, not one of its results
+            raise ExerciseFailed(exercise, f"on test case {case.number}, {part}{hint.rstrip('.')}.", kind)
+    for case in every if gradients else ():  # once every value is right
+        _check_gradients(fn, reference, case, exercise, gradient_hint, gradients)
     return Result(exercise, True, success)
 
 
-def _keeps_float32(reference: Callable, args: Sequence[Any]) -> bool:
-    """A case in float64 always counts; its float32 copy only where the reference gives float32 for it."""
-    if not any(t.dtype == torch.float32 for t in _tensors(list(args))):
-        return True
+def _call(fn: Callable, reference: Callable, case: Case, exercise: str, error_hints) -> Any:
+    """``fn(*case.args)``; a Result for the stub, ExerciseFailed (with where and a hint) for an error."""
     try:
-        out = reference(*clone_args(args))
-    except Exception:  # noqa: BLE001 - a reference that only takes float64 (modules of that dtype in the case)
-        return False
-    return all(t.dtype != torch.float64 for t in _tensors(out))
-
-
-def _like(got: Any, expected: Any) -> Any:
-    """``got`` with each float tensor in the float dtype of the corresponding tensor of ``expected``."""
-    if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor):
-        both = got.is_floating_point() and expected.is_floating_point()
-        return got.to(expected.dtype) if both else got
-    if isinstance(got, (tuple, list)) and isinstance(expected, (tuple, list)) and len(got) == len(expected):
-        return type(got)(_like(g, e) for g, e in zip(got, expected))
-    return got
-
-
-def _call(fn: Callable, args: Sequence[Any], exercise: str, number: int, error_hints) -> Any:
-    """``fn(*args)``; a Result for the stub, ExerciseFailed (with where and a hint) for an error."""
-    try:
-        return fn(*args)
+        return fn(*case.args)
     except NotImplementedError as error:
         if not str(error):  # the stub's bare `raise NotImplementedError`, not an operation PyTorch lacks
             return Result(exercise, False, "not attempted yet: replace the `raise NotImplementedError` with your code.")
-        return _raised(fn, error, exercise, number, error_hints)
+        return _raised(fn, reference, error, exercise, case, error_hints)
     except Exception as error:  # the learner's code raised: say what and where, not a traceback
-        return _raised(fn, error, exercise, number, error_hints)
+        return _raised(fn, reference, error, exercise, case, error_hints)
 
 
-def _raised(fn: Callable, error: Exception, exercise: str, number: int, error_hints) -> Any:
+def _raised(fn: Callable, reference: Callable, error: Exception, exercise: str, case: Case, error_hints) -> Any:
     message = f"{type(error).__name__}: {error}".splitlines()[0]
+    head = f"on test case {case.number} your function raised {message}{_where_it_raised(fn, error)}."
     hint = next((h[:1].upper() + h[1:] for fragment, h in error_hints if fragment in str(error)), "")
-    raise ExerciseFailed(
-        exercise,
-        f"on test case {number} your function raised {message}{_where_it_raised(fn, error)}."
-        + (f" {hint}" if hint else ""),
-    ) from None
+    if hint:
+        raise ExerciseFailed(exercise, f"{head} {hint}") from None
+    found = probe.explain_error(fn, reference, case, error)
+    if found is not None:
+        raise ExerciseFailed(exercise, f"{head} {found[1]}", found[0]) from None
+    raise ExerciseFailed(exercise, head, "generic") from None
 
 
 def _leaves(args: Sequence[Any], which) -> tuple[tuple, list[torch.Tensor]]:
     copies = clone_args(args)
     chosen = [a for i, a in enumerate(copies) if which is True or i in which]
-    leaves = [t for t in _tensors(chosen) if t.is_floating_point()]
+    leaves = [t for t in tensors(chosen) if t.is_floating_point()]
     for t in leaves:
         t.requires_grad_(True)
     return copies, leaves
 
 
-def _check_gradients(fn, reference, args, exercise, number, atol, rtol, gradient_hint, which) -> None:
-    copies, leaves = _leaves(args, which)
+def _check_gradients(fn, reference, case: Case, exercise, gradient_hint, which) -> None:
+    number, atol, rtol = case.number, case.atol, case.rtol
+    copies, leaves = _leaves(case.kept, which)
     with torch.enable_grad():
         expected = weighted_gradients(reference(*copies), leaves)
         if expected is None:
             return
-        copies, leaves = _leaves(args, which)
+        copies, leaves = _leaves(case.kept, which)
         try:
             got = weighted_gradients(fn(*copies), leaves)
         except Exception as error:  # noqa: BLE001 - an error in the backward pass
@@ -344,21 +266,49 @@ def _check_gradients(fn, reference, args, exercise, number, atol, rtol, gradient
                 f"on test case {number} the backward pass through your function raised {message}. "
                 "An in-place change (w[...] = 0, masked_fill_, +=) of a tensor that autograd saved for the "
                 "backward pass breaks it: use operations that return a new tensor (masked_fill, torch.where).",
+                "in place",
             ) from None
     if got is None:
         raise ExerciseFailed(
             exercise,
             f"on test case {number} your result carries no gradient: keep the computation in PyTorch "
             "(no .detach(), .item(), .numpy() or torch.no_grad()).",
+            "gradient",
         )
     for g, e in zip(got, expected):
         if torch.isnan(g).any() and not torch.isnan(e).any():
             raise ExerciseFailed(
-                exercise, gradient_hint or f"on test case {number} the gradient of your result is NaN."
+                exercise,
+                gradient_hint
+                or f"on test case {number} the gradient of your result is NaN where the expected one is finite: "
+                "a NaN or inf that the forward pass hides (nan_to_num, a masked_fill or torch.where after a "
+                "division by zero or an exp that overflows) still flows back; keep the forward pass free of them.",
+                "gradient",
             )
-        diff = _difference(g, e, atol, rtol)
+        diff = difference(g, e, atol, rtol)
         if diff is not None:
-            raise ExerciseFailed(exercise, f"on test case {number}, the gradient of your result is wrong: {diff}.")
+            zero = not g.abs().max() > 0 and bool(e.abs().max() > 0)
+            raise ExerciseFailed(
+                exercise,
+                f"on test case {number} your values are right but their gradient is not ({diff.text}): "
+                + (
+                    "no gradient reaches this argument, so part of the computation is cut from autograd "
+                    "(.detach(), .data, a value copied into a new tensor, torch.no_grad())."
+                    if zero
+                    else "part of the computation is cut from autograd (.detach(), .data), or a value the forward "
+                    "pass uses is computed apart from the inputs."
+                ),
+                "gradient",
+            )
+
+
+def number_tolerance(expected: float, *, rel_tol: float = 1e-9, abs_tol: float = 0.0, significant: int | None = None):
+    """How far from ``expected`` a numeric answer may be: ``rel_tol`` of its size, at least ``abs_tol``, and,
+    where the question asks for ``significant`` figures, half a unit of the last of them."""
+    tol = max(rel_tol * abs(expected), abs_tol)
+    if significant and expected:
+        tol = max(tol, 0.5 * 10 ** (math.floor(math.log10(abs(expected))) - significant + 1))
+    return tol
 
 
 def check_number(
@@ -366,21 +316,39 @@ def check_number(
     *,
     exercise: str,
     expected: float,
-    rel_tol: float = 0.05,
+    rel_tol: float = 1e-9,
     abs_tol: float = 0.0,
+    significant: int | None = None,
     mistakes: Sequence[tuple[str, float]] = (),
+    parts: dict[str, float] | None = None,
 ) -> Result:
-    """Check a number the learner predicted; ``mistakes`` pairs a hint with the value a usual slip gives."""
+    """Check a number the learner predicted; ``mistakes`` pairs a hint with the value a usual slip gives.
+
+    An answer within :func:`number_tolerance` of ``expected`` is right: by default the exact value (up to
+    floating-point rounding); ``significant=n`` where the question asks for n significant figures. ``parts``
+    names the terms a count is the sum of, so that a hint can say which one an answer leaves out or counts twice.
+    """
     if answer is ... or answer is None:
         return Result(exercise, False, "not attempted yet: replace the `...` with your answer.")
     if isinstance(answer, torch.Tensor) and answer.numel() == 1:
         answer = answer.item()
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        raise ExerciseFailed(exercise, f"expected a number, got {_describe(answer)}")
-    if math.isclose(answer, expected, rel_tol=rel_tol, abs_tol=abs_tol):
+        raise ExerciseFailed(exercise, f"expected a number, got {describe(answer)}", "type")
+    tol = number_tolerance(expected, rel_tol=rel_tol, abs_tol=abs_tol, significant=significant)
+    if abs(answer - expected) <= tol:
         return Result(exercise, True, f"{answer:.6g} is right (expected {expected:.6g}).")
     for hint, wrong in mistakes:
-        if math.isclose(answer, wrong, rel_tol=rel_tol, abs_tol=abs_tol):
+        if abs(answer - wrong) <= number_tolerance(wrong, rel_tol=rel_tol, abs_tol=abs_tol, significant=significant):
             raise ExerciseFailed(exercise, hint)
+    precision = (
+        f"{significant} significant figures"
+        if significant
+        else "the exact value"
+        if tol <= 1e-6 * abs(expected)
+        else ""
+    )
+    found = diagnose_number.number(float(answer), float(expected), parts=parts, tolerance=precision)
+    if found is not None:
+        raise ExerciseFailed(exercise, f"{answer:.6g}: {found.hint}.", found.kind)
     direction = "too large" if answer > expected else "too small"
-    raise ExerciseFailed(exercise, f"{answer:.6g} is {direction}.")
+    raise ExerciseFailed(exercise, f"{answer:.6g} is {direction}.", "generic")

@@ -15,45 +15,53 @@ __all__ = ["check_bahdanau_attention", "check_beam_step", "check_shift_targets",
 # --- one step of Bahdanau attention -------------------------------------------------------------------
 
 
-def _attention_reference(s_prev, H, mask, W_1, W_2, v):
+def _attention_reference(s_prev, annotations, mask, W_1, W_2, v):
     """The library's AdditiveAttention with the given weights copied in."""
-    attention = AdditiveAttention(W_1.shape[1], W_2.shape[1], W_1.shape[0]).to(H.dtype)
+    attention = AdditiveAttention(W_1.shape[1], W_2.shape[1], W_1.shape[0]).to(annotations.dtype)
     with torch.no_grad():
         attention.score.W_1.weight.copy_(W_1)
         attention.score.W_2.weight.copy_(W_2)
         attention.score.v.weight.copy_(v.unsqueeze(0))
-        context, weights = attention(s_prev.unsqueeze(1), H, H, mask.unsqueeze(1), return_weights=True)
+        context, weights = attention(
+            s_prev.unsqueeze(1), annotations, annotations, mask.unsqueeze(1), return_weights=True
+        )
     return context.squeeze(1), weights.squeeze(1)  # (B, d_enc), (B, Ts)
 
 
-def _scores(s_prev, H, W_1, W_2, v, squash=torch.tanh):
-    return squash((s_prev @ W_1.T).unsqueeze(1) + H @ W_2.T) @ v  # (B, Ts)
+def _scores(s_prev, annotations, W_1, W_2, v, squash=torch.tanh):
+    return squash((s_prev @ W_1.T).unsqueeze(1) + annotations @ W_2.T) @ v  # (B, Ts)
 
 
-def _finish(scores, H, mask, fill=float("-inf"), dim=-1):
+def _finish(scores, annotations, mask, fill=float("-inf"), dim=-1):
     weights = torch.softmax(scores.masked_fill(~mask, fill), dim=dim)  # (B, Ts)
-    return (weights.unsqueeze(1) @ H).squeeze(1), weights
+    return (weights.unsqueeze(1) @ annotations).squeeze(1), weights
 
 
 def _attention_cases():
     g = torch.Generator().manual_seed(3)
 
-    def case(B, T, D, d_enc, A, lengths):
+    def case(B, T, D, d_enc, A, lengths, v_scale=1.0):
         r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
         mask = torch.arange(T).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)  # (B, Ts)
-        return (r(B, D), r(B, T, d_enc), mask, r(A, D) / math.sqrt(D), r(A, d_enc) / math.sqrt(d_enc), r(A))
+        return (r(B, D), r(B, T, d_enc), mask, r(A, D) / math.sqrt(D), r(A, d_enc) / math.sqrt(d_enc), r(A) * v_scale)
 
     return [
         case(2, 4, 3, 5, 6, [4, 4]),
         case(3, 6, 4, 8, 5, [6, 3, 1]),
         case(4, 7, 6, 4, 3, [7, 2, 5, 4]),
         case(1, 3, 1, 1, 2, [2]),  # a batch of one, one feature: a squeeze() without its dim drops them
+        case(4, 5, 3, 4, 6, [3, 2, 4, 1], v_scale=1e5),  # scores near +-1e5: below any finite fill value
     ]
 
 
 def check_bahdanau_attention(fn) -> Result:
-    """``fn(s_prev, H, mask, W_1, W_2, v)`` returns (context (B, d_enc), weights (B, Ts)) of Bahdanau attention."""
+    """``fn(s_prev, annotations, mask, W_1, W_2, v)`` returns (context (B, d_enc), weights (B, Ts)) of Bahdanau
+    attention."""
     mistakes = [
+        Mistake(
+            "the scores use a sigmoid; Bahdanau's score is e = v^T tanh(W_1 s + W_2 h), with values of both signs.",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v, squash=torch.sigmoid), H, m),
+        ),
         Mistake(
             "the scores skip the tanh: e = v^T tanh(W_1 s + W_2 h); without it the scoring network is "
             "linear, and the part that depends on s adds the same number to every position.",
@@ -62,6 +70,11 @@ def check_bahdanau_attention(fn) -> Result:
         Mistake(
             "the padding mask is ignored: padded positions get weight. Set their scores to -inf before the softmax.",
             lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, torch.ones_like(m)),
+        ),
+        Mistake(
+            "padded scores are set to a finite number (-1e4): where the real scores are lower still (here they "
+            "reach -1e5), the padding gets the weight. Use float('-inf').",
+            lambda s, H, m, W1, W2, v: _finish(_scores(s, H, W1, W2, v), H, m, fill=-1e4),
         ),
         Mistake(
             "padded scores are set to 0, but exp(0) = 1 still gives them weight; use -inf.",
@@ -91,8 +104,8 @@ def check_bahdanau_attention(fn) -> Result:
         error_hints=[
             (
                 "shapes cannot be multiplied",
-                "check the shapes: W_1 is (A, D), so W_1 s is s @ W_1.T; "
-                "W_2 h_i for every i is H @ W_2.T, of shape (B, Ts, A).",
+                "check the shapes: W_1 is (d_attn, D), so W_1 s is s_prev @ W_1.T; "
+                "W_2 h_i for every i is annotations @ W_2.T, of shape (B, Ts, d_attn).",
             )
         ],
         gradients=True,
@@ -243,7 +256,7 @@ def check_bottleneck_bits(answer, length: int = 40) -> Result:
         answer,
         exercise=f"bits in a string of {length} digits",
         expected=length * math.log2(10),
-        rel_tol=0.01,
+        significant=3,
         mistakes=[
             (f"10^{length} is the number of strings; the number of bits is its base-2 logarithm.", 10.0**length),
             ("one bit per digit cannot tell ten digits apart: each digit carries log2(10) bits.", float(length)),

@@ -135,7 +135,8 @@ def check_shortest_paths(fn) -> Result:
     two_parts[:4, :4] = graphs.adjacency_from_edges([(0, 1), (1, 2), (2, 3)], 4)
     two_parts[4:, 4:] = _ring(3)
     tree = graphs.adjacency_from_edges([(0, 1), (0, 2), (1, 3), (1, 4), (2, 5)], 6)
-    cases = [(_ring(6),), (tree,), (two_parts,)]
+    path = graphs.adjacency_from_edges([(i, i + 1) for i in range(9)], 10)  # its ends are n - 1 = 9 apart
+    cases = [(_ring(6),), (tree,), (two_parts,), (path,), (_ring(15),)]
     reference = graphs.shortest_path_distances
 
     def unreachable_as(value):
@@ -167,7 +168,26 @@ def check_shortest_paths(fn) -> Result:
             lambda A: reference(A).masked_fill(torch.eye(A.shape[0], dtype=torch.bool), -1),
         ),
     ]
-    return check_function(fn, exercise="shortest paths", reference=reference, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="shortest paths", reference=reference, cases=cases, mistakes=mistakes, explain=[_stopped_early]
+    )
+
+
+def _stopped_early(got, expected, adjacency) -> str | None:
+    """Every distance up to some k right, and every longer one left at -1: a search stopped after k steps."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return None
+    wrong = got != expected
+    if not wrong.any() or not (got[wrong] == -1).all() or not (expected[wrong] > 0).all():
+        return None
+    k = int(expected[wrong].min()) - 1
+    if (expected[~wrong] > k).any():
+        return None
+    return (
+        f"no distance above {k} comes out: the search stops after {k} steps, but in a path of n nodes the two "
+        "ends are n - 1 edges apart. Keep expanding the frontier until no new node is reached (at most n - 1 "
+        "steps)."
+    )
 
 
 def check_spectrogram_shape(fn) -> Result:
@@ -179,8 +199,8 @@ def check_spectrogram_shape(fn) -> Result:
 
     mistakes = [
         Mistake(
-            "a real signal's spectrum is symmetric, so only the frequencies 0 .. n_fft / 2 are kept: "
-            "n_fft // 2 + 1 bins, not n_fft.",
+            "a real signal's spectrum is conjugate-symmetric, X[n_fft - f] = X[f]*, so only the frequencies "
+            "0 .. n_fft / 2 are kept: n_fft // 2 + 1 bins, not n_fft.",
             lambda n, f, h: (f, 1 + n // h),
         ),
         Mistake(
@@ -198,7 +218,9 @@ def check_spectrogram_shape(fn) -> Result:
         ),
         Mistake("the shape is (frequency bins, frames), in that order.", lambda n, f, h: (1 + n // h, f // 2 + 1)),
     ]
-    return check_function(fn, exercise="spectrogram shape", reference=reference, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="spectrogram shape", reference=reference, cases=cases, mistakes=mistakes, integers=True
+    )
 
 
 def check_clip_loss(fn) -> Result:

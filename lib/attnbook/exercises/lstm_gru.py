@@ -20,9 +20,16 @@ def _randn(g: torch.Generator, *shape, scale: float = 1.0) -> torch.Tensor:
 # --- one LSTM step -----------------------------------------------------------------------------------
 
 
-def _lstm(x, h, c, W_x, W_h, b, order="ifgo", act_g=torch.tanh, act_c=torch.tanh, use_i=True, c_for_h="new"):
+def _same(a):
+    return a
+
+
+def _lstm(
+    x, h, c, W_x, W_h, b, order="ifgo", act_g=torch.tanh, act_c=torch.tanh, use_i=True, c_for_h="new", gates=None
+):
     a = dict(zip(order, (x @ W_x.T + h @ W_h.T + b).chunk(4, dim=-1)))  # each (B, H)
-    i, f, o = torch.sigmoid(a["i"]), torch.sigmoid(a["f"]), torch.sigmoid(a["o"])
+    act = {"i": torch.sigmoid, "f": torch.sigmoid, "o": torch.sigmoid} | (gates or {})
+    i, f, o = act["i"](a["i"]), act["f"](a["f"]), act["o"](a["o"])
     g = act_g(a["g"])
     c_new = f * c + (i * g if use_i else g)  # (B, H)
     h_new = o * act_c(c_new if c_for_h == "new" else c)  # (B, H)
@@ -69,13 +76,40 @@ def check_lstm_step(fn) -> Result:
             "only i, f and o use the sigmoid.",
             lambda *a: _lstm(*a, act_g=torch.sigmoid),
         ),
+        Mistake("the candidate g = tanh(a_g): its tanh is missing.", lambda *a: _lstm(*a, act_g=_same)),
+        Mistake(
+            "h_t = o * tanh(c_t): the cell state goes through a tanh, not a sigmoid.",
+            lambda *a: _lstm(*a, act_c=torch.sigmoid),
+        ),
+        Mistake(
+            "the first two gate blocks are swapped: PyTorch stacks i, f, g, o, so the input gate comes first.",
+            lambda *a: _lstm(*a, order="figo"),
+        ),
+        Mistake(
+            "h and c are swapped: the step takes (x, h, c, ...), the hidden state before the cell state.",
+            lambda x, h, c, *w: _lstm(x, c, h, *w),
+        ),
+        Mistake(
+            "the results are swapped: return (h_t, c_t), the new hidden state first.",
+            lambda *a: _lstm(*a)[::-1],
+        ),
     ]
+    for gate, name in (("i", "input"), ("f", "forget"), ("o", "output")):
+        for act, words in ((torch.tanh, "a tanh"), (_same, "no activation")):
+            mistakes.append(
+                Mistake(
+                    f"the {name} gate {gate} has {words}; a gate is a sigmoid, with values in (0, 1): "
+                    f"{gate} = sigmoid(a_{gate}).",
+                    lambda *a, g=gate, f=act: _lstm(*a, gates={g: f}),
+                )
+            )
     return check_function(
         fn,
         exercise="one LSTM step",
         reference=_lstm,
         cases=_lstm_cases(),
         mistakes=mistakes,
+        names=("h_t", "c_t"),
         error_hints=[("cannot be multiplied", "x is (B, D) and W_x is (4H, D): use x @ W_x.T.")],
         gradients=(0, 1, 2),
     )
@@ -84,18 +118,21 @@ def check_lstm_step(fn) -> Result:
 # --- one GRU step -------------------------------------------------------------------------------------
 
 
-def _gru(x, h, W_x, W_h, b_x, b_h, reset="after", z_weighs="old", bias_in_reset=True):
+def _gru(x, h, W_x, W_h, b_x, b_h, reset="after", z_weighs="old", bias_in_reset=True, order="rzn", act=None):
     H = h.shape[-1]
+    blocks = {name: slice(k * H, (k + 1) * H) for k, name in enumerate(order)}
+    r_, z_, n_ = blocks["r"], blocks["z"], blocks["n"]
+    act = {"r": torch.sigmoid, "z": torch.sigmoid, "n": torch.tanh} | (act or {})
     ax = x @ W_x.T + b_x  # (B, 3H)
-    r = torch.sigmoid(ax[:, :H] + h @ W_h[:H].T + b_h[:H])
-    z = torch.sigmoid(ax[:, H : 2 * H] + h @ W_h[H : 2 * H].T + b_h[H : 2 * H])
+    r = act["r"](ax[:, r_] + h @ W_h[r_].T + b_h[r_])
+    z = act["z"](ax[:, z_] + h @ W_h[z_].T + b_h[z_])
     if reset == "after":
-        hn = h @ W_h[2 * H :].T
-        n = torch.tanh(ax[:, 2 * H :] + (r * (hn + b_h[2 * H :]) if bias_in_reset else r * hn + b_h[2 * H :]))
+        hn = h @ W_h[n_].T
+        n = act["n"](ax[:, n_] + (r * (hn + b_h[n_]) if bias_in_reset else r * hn + b_h[n_]))
     elif reset == "before":
-        n = torch.tanh(ax[:, 2 * H :] + (r * h) @ W_h[2 * H :].T + b_h[2 * H :])
+        n = act["n"](ax[:, n_] + (r * h) @ W_h[n_].T + b_h[n_])
     else:  # no reset gate
-        n = torch.tanh(ax[:, 2 * H :] + h @ W_h[2 * H :].T + b_h[2 * H :])
+        n = act["n"](ax[:, n_] + h @ W_h[n_].T + b_h[n_])
     return (1 - z) * n + z * h if z_weighs == "old" else z * n + (1 - z) * h
 
 
@@ -137,7 +174,29 @@ def check_gru_step(fn) -> Result:
             "the reset gate r is computed but not used: it multiplies the recurrent term of the candidate.",
             lambda *a: _gru(*a, reset="none"),
         ),
+        Mistake(
+            "the first two gate blocks are swapped: nn.GRUCell stacks r, z, n, so the reset gate comes first.",
+            lambda *a: _gru(*a, order="zrn"),
+        ),
+        Mistake(
+            "the biases are swapped: b_x goes with the input's product x @ W_x.T, b_h with the hidden state's "
+            "(and b_hn inside the reset gate).",
+            lambda x, h, W_x, W_h, b_x, b_h: _gru(x, h, W_x, W_h, b_h, b_x),
+        ),
+        Mistake(
+            "the candidate n = tanh(...): its tanh is missing, or a sigmoid is used.",
+            lambda *a: _gru(*a, act={"n": _same}),
+        ),
+        Mistake("the candidate n uses tanh, not a sigmoid.", lambda *a: _gru(*a, act={"n": torch.sigmoid})),
     ]
+    for gate, name in (("r", "reset"), ("z", "update")):
+        for act, words in ((torch.tanh, "a tanh"), (_same, "no activation")):
+            mistakes.append(
+                Mistake(
+                    f"the {name} gate {gate} has {words}; a gate is a sigmoid, with values in (0, 1).",
+                    lambda *a, g=gate, f=act: _gru(*a, act={g: f}),
+                )
+            )
     return check_function(
         fn,
         exercise="one GRU step",
@@ -160,7 +219,7 @@ def check_forget_bias(answer, steps: int = 100, kept: float = 0.5) -> Result:
         answer,
         exercise=f"forget-gate bias that keeps {kept:.0%} after {steps} steps",
         expected=expected,
-        rel_tol=0.002,
+        significant=3,
         mistakes=[
             (
                 f"{f:.5f} is the forget gate's value f = {kept}^(1/{steps}); the bias b is the pre-activation with "
@@ -188,8 +247,6 @@ def check_gru_parameters(answer, input_size: int = 10, hidden_size: int = 20) ->
         answer,
         exercise=f"parameters of nn.GRU({D}, {H})",
         expected=3 * (block + 2 * H),
-        rel_tol=0.0,
-        abs_tol=0.5,
         mistakes=[
             ("that is an LSTM's count: it has four blocks (i, f, g, o), a GRU three (r, z, n).", 4 * (block + 2 * H)),
             (
@@ -200,4 +257,10 @@ def check_gru_parameters(answer, input_size: int = 10, hidden_size: int = 20) ->
             ("the biases are missing: each of the three blocks has two bias vectors of size H.", 3 * block),
             ("that is a vanilla RNN's count; a GRU has three blocks, r, z and n.", block + 2 * H),
         ],
+        parts={
+            f"the input weights W_ih (3 x {H} x {D})": 3 * H * D,
+            f"the hidden weights W_hh (3 x {H} x {H})": 3 * H * H,
+            f"one of the two bias vectors, b_ih or b_hh (3 x {H})": 3 * H,
+            f"one block of the three, r, z or n ({H} x {D} + {H} x {H} + 2 x {H})": block + 2 * H,
+        },
     )

@@ -106,8 +106,17 @@ def check_safe_masked_softmax(fn) -> Result:
     def big_negative(scores, mask):
         return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
 
+    def finite_fill(scores, mask):
+        w = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)
+        return w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+
     def zeroed_after(scores, mask):
         return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+
+    def max_over_every_score(scores, mask):
+        e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)).masked_fill(~mask, 0.0)
+        total = e.sum(dim=-1, keepdim=True)
+        return e / torch.where(total > 0, total, torch.ones_like(total))
 
     g = torch.Generator().manual_seed(3)
     cases = []
@@ -129,13 +138,30 @@ def check_safe_masked_softmax(fn) -> Result:
             big_negative,
         ),
         Mistake(
+            "the maximum subtracted before exp is taken over every score, the masked ones included: when a "
+            "masked key has the largest score (1000 here), exp(score - max) underflows to 0 for every allowed "
+            "key and the row comes out as zeros. Take the maximum over the allowed scores only: mask the scores "
+            "with -inf first, then let torch.softmax subtract their maximum.",
+            max_over_every_score,
+        ),
+        Mistake(
             "the weights are zeroed after the softmax, so the allowed ones no longer sum to 1; mask the "
             "scores before the softmax.",
             zeroed_after,
         ),
+        Mistake(
+            "forbidden scores are set to a finite number (-1e4): where the allowed scores are lower still (a "
+            "softmax is unchanged by a shift, so scores near -1e5 are valid), the forbidden keys get the weight. "
+            "Use float('-inf').",
+            finite_fill,
+        ),
     ]
     big = torch.tensor([[1000.0, -1000.0, 3.0], [50.0, 0.0, -50.0]], dtype=torch.float64)  # exp overflows
     cases.append((big, torch.tensor([[True, True, False], [False, False, False]])))
+    tall = torch.tensor([[0.0, 1.0, 1000.0], [-5.0, 800.0, 2.0]], dtype=torch.float64)  # masked key largest
+    cases.append((tall, torch.tensor([[True, True, False], [True, False, True]])))
+    low = torch.randn(3, 4, generator=g, dtype=torch.float64) * 10 - 1e5  # a softmax is unchanged by a shift
+    cases.append((low, torch.tensor([[True, False, True, False], [False] * 4, [False, True, True, True]])))
     return check_function(
         fn,
         exercise="masked softmax without NaN",
@@ -158,7 +184,6 @@ def check_allowed_count(answer, T: int = 10) -> Result:
         answer,
         exercise=f"allowed entries of a {T} x {T} causal mask",
         expected=T * (T + 1) / 2,
-        rel_tol=1e-9,
         mistakes=[
             ("the diagonal counts too: every token may attend to itself.", T * (T - 1) / 2),
             ("that is every entry; only the entries on and below the diagonal are allowed.", float(T * T)),

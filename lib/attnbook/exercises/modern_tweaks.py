@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -108,6 +110,7 @@ def check_rope(fn) -> Result:
         (torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64), 0),
         (torch.randn(1, 4, 16, generator=g, dtype=torch.float64), 7),
     ]
+    far = [(torch.randn(2, 3, 8, generator=g, dtype=torch.float64), 100_000)]  # far into a long context
 
     def reference(x, offset):
         return positional.apply_rope(x, offset=offset)
@@ -118,11 +121,26 @@ def check_rope(fn) -> Result:
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack([x1 * theta.cos() + x2 * theta.sin(), -x1 * theta.sin() + x2 * theta.cos()], -1).flatten(-2)
 
+    def float32_angles(x, offset, positions=torch.float32):
+        Dh = x.shape[-1]
+        w = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float32) / Dh)  # (Dh/2,) in float32
+        theta = (torch.arange(offset, offset + x.shape[-2], dtype=positions)[:, None] * w).to(x.dtype)  # (T, Dh/2)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * theta.cos() - x2 * theta.sin(), x1 * theta.sin() + x2 * theta.cos()], -1).flatten(-2)
+
+    float32_hint = (
+        "the angles lose precision far into the sequence: frequencies computed in float32 carry 7 digits, "
+        "so at position 100,000 the angle is off by about 0.01 rad. Compute the frequencies and the angles "
+        "in float64 (dtype=torch.float64), then convert the cos and sin to x's dtype."
+    )
+
     mistakes = [
         Mistake(
             "the pairs are (i, i + Dh/2) (the rotate-half layout); here a pair is two neighbours, (2i, 2i+1).",
             _rope_halves,
         ),
+        Mistake(float32_hint, float32_angles),
+        Mistake(float32_hint, lambda x, offset: float32_angles(x, offset, positions=torch.float64)),
         Mistake(
             "the offset is ignored: the first row sits at position `offset`, not 0.",
             lambda x, offset: positional.apply_rope(x),
@@ -132,9 +150,42 @@ def check_rope(fn) -> Result:
             wrong_sign,
         ),
     ]
-    return check_function(
-        fn, exercise="rotary position embedding", reference=reference, cases=cases, mistakes=mistakes, gradients=True
-    )
+    options = {"exercise": "rotary position embedding", "reference": reference, "mistakes": mistakes}
+    check_function(fn, cases=cases, gradients=True, explain=[_rope_rotation], **options)
+    # float64 only: at position 100,000 float32 itself cannot hold the angle to better than about 0.004 rad
+    return check_function(fn, cases=far, float32=False, first_case=2 * len(cases) + 1, **options)
+
+
+def _wrap(angle: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def _rope_rotation(got, expected, x, offset) -> str | None:
+    """What rotation a wrong answer applies to each pair: not a rotation, other frequencies, other positions."""
+    x1, x2, y1, y2 = x[..., 0::2], x[..., 1::2], got[..., 0::2], got[..., 1::2]
+    if not torch.allclose(torch.hypot(y1, y2), torch.hypot(x1, x2), rtol=1e-4, atol=1e-6):
+        return (
+            "your result changes the length of the pairs (x[2i], x[2i+1]): RoPE only turns each pair of "
+            "neighbours, out = (x1 cos - x2 sin, x1 sin + x2 cos), the same angle in both lines and the minus "
+            "sign on the first."
+        )
+    turned = torch.atan2(x1 * y2 - x2 * y1, x1 * y1 + x2 * y2)  # (..., T, Dh/2): each pair's angle
+    right = positional.angles(torch.arange(offset, offset + x.shape[-2]), x.shape[-1]).to(turned)  # (T, Dh/2)
+    if x.shape[-2] >= 2:
+        step = _wrap(turned[..., 1:2, :] - turned[..., :1, :])  # (..., 1, Dh/2): the turn per position
+        t = torch.arange(x.shape[-2], dtype=turned.dtype)[:, None]
+        if torch.allclose(_wrap(turned - turned[..., :1, :] - t * step), torch.zeros_like(turned), atol=1e-5):
+            if not torch.allclose(_wrap(step - (right[1:2] - right[:1])), torch.zeros_like(step), atol=1e-5):
+                return (
+                    "each pair turns by a constant step per position, but the steps are not the frequencies "
+                    "w_i = 10000^(-2i/Dh), i = 0, 1, ..., Dh/2 - 1: check the exponent (-2i/Dh, i counting "
+                    "pairs) and the base."
+                )
+            return (
+                "the frequencies are right but the positions are not: the row t sits at position offset + t, "
+                f"so the first row turns by offset * w_i (offset = {offset})."
+            )
+    return None
 
 
 def check_kv_cache_bytes(answer) -> Result:
@@ -145,7 +196,6 @@ def check_kv_cache_bytes(answer) -> Result:
         answer,
         exercise="KV cache size",
         expected=right,
-        rel_tol=1e-6,
         mistakes=[
             ("the cache holds keys *and* values: multiply by 2.", right / 2),
             ("only the 8 key/value heads are cached, not the 32 query heads.", right * n_heads / n_kv_heads),

@@ -57,12 +57,21 @@ def check_split_heads(fn) -> Result:
     )
 
 
-def _mha(x, W_q, W_k, W_v, W_o, n_heads, *, scale_width=None, merge="right", dim=-1, use_W_o=True):
+def _mha(x, W_q, W_k, W_v, W_o, n_heads, *, scale_width=None, merge="right", dim=-1, use_W_o=True, split="right"):
     B, T, D = x.shape
     Dh = D // n_heads
-    q, k, v = (_split(x @ W, n_heads) for W in (W_q, W_k, W_v))  # each (B, H, T, Dh)
+    if split == "right":
+        q, k, v = (_split(x @ W, n_heads) for W in (W_q, W_k, W_v))  # each (B, H, T, Dh)
+    elif split == "no transpose":  # (B, T, H, Dh): each token attends over the heads
+        q, k, v = ((x @ W).view(B, T, n_heads, Dh) for W in (W_q, W_k, W_v))
+    else:  # one head of width D
+        q, k, v = ((x @ W)[:, None] for W in (W_q, W_k, W_v))
     scores = q @ k.transpose(-2, -1) / math.sqrt(scale_width or Dh)  # (B, H, T, T)
     heads = torch.softmax(scores, dim=dim) @ v  # (B, H, T, Dh)
+    if split == "no transpose":
+        return heads.reshape(B, T, D) @ W_o
+    if split == "none":
+        return heads[:, 0] @ W_o
     if merge == "right":
         merged = heads.transpose(1, 2).reshape(B, T, D)  # (B, T, H*Dh)
     else:
@@ -101,6 +110,16 @@ def check_multi_head_attention(fn) -> Result:
             "the output projection W_o is missing: multiply the merged heads by W_o.",
             lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, use_W_o=False),
         ),
+        Mistake(
+            "the heads are split with view(B, T, H, Dh) but the head axis is not moved forward: without "
+            ".transpose(1, 2) the scores compare the heads of one token, not the tokens of one head.",
+            lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, split="no transpose"),
+        ),
+        Mistake(
+            "the projections are not split into heads: this is one head of width D (scaled by sqrt(Dh)); "
+            "view each of q, k, v as (B, T, H, Dh) and move the head axis forward.",
+            lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, split="none"),
+        ),
     ]
     return check_function(
         fn, exercise="multi-head attention", reference=_mha, cases=_mha_cases(), mistakes=mistakes, gradients=(0,)
@@ -114,7 +133,6 @@ def check_parameter_count(answer, d_model: int = 512, n_heads: int = 8) -> Resul
         answer,
         exercise=f"parameters of multi-head attention, D = {D}, H = {H}",
         expected=4 * D * D + 4 * D,
-        rel_tol=1e-9,
         mistakes=[
             (
                 f"the heads share the D x D matrices (each head owns D/H of their columns), so the count does not "
@@ -128,6 +146,12 @@ def check_parameter_count(answer, d_model: int = 512, n_heads: int = 8) -> Resul
             ),
             (f"each head's matrices are D x Dh with Dh = D/H = {D // H}, not Dh x Dh.", 4 * H * (D // H) ** 2 + 4 * D),
         ],
+        parts={
+            f"the four weight matrices (4 x {D} x {D})": 4 * D * D,
+            f"the four bias vectors (4 x {D})": 4 * D,
+            f"one of the four projections ({D} x {D} + {D})": D * D + D,
+            f"one bias vector ({D})": D,
+        },
     )
 
 
@@ -141,7 +165,6 @@ def check_weights_memory(answer, seq_len: int = 4096, n_heads: int = 8) -> Resul
         answer,
         exercise=f"memory of the attention weights, H = {H}, T = {T}",
         expected=expected,
-        rel_tol=1e-3,
         mistakes=[
             (f"every head has its own T x T weight matrix: multiply by H = {H}.", T * T * 4 / 2**20),
             ("that is the number of weights; float32 takes 4 bytes each.", H * T * T / 2**20),

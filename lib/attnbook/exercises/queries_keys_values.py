@@ -78,6 +78,10 @@ def _masked_cases():
         cases.append((q, k, v, mask))
     q, k, v = _qkv(g, (2, 3, 4), (2, 5, 4), (2, 5, 2))
     cases.append((q, k, v, attention.padding_mask([2, 5])))  # a batch with a padded sequence
+    q, k, v = _qkv(g, (3, 4), (4, 4), (4, 3))
+    q[0], k[0], k[1] = 1.0, -1.0, -2.0  # query 0's allowed keys score -2e6 and -4e6: below any finite fill
+    mask = torch.tensor([[True, True, False, False], [True, False, True, False], [False, True, True, True]])
+    cases.append((q * 1000, k * 1000, v, mask))
     return cases
 
 
@@ -94,6 +98,10 @@ def check_masked_attention(fn) -> Result:
         s = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, 0.0)
         return _softmax(s) @ v
 
+    def finite_fill(q, k, v, mask):
+        s = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e4)
+        return _softmax(s) @ v
+
     def weights_zeroed_after(q, k, v, mask):
         w = _softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, 0.0)
         return w @ v
@@ -106,12 +114,27 @@ def check_masked_attention(fn) -> Result:
         ),
         Mistake("the mask is inverted: True means 'may attend', so fill where the mask is False (~mask).", inverted),
         Mistake(
+            "forbidden scores are set to a finite number (-1e4): where the allowed scores are lower still (here "
+            "they reach -1e6), the forbidden keys get the weight. Use float('-inf').",
+            finite_fill,
+        ),
+        Mistake(
             "forbidden scores are set to 0, but exp(0) = 1 still gives them weight; set them to -inf.", zero_filled
         ),
         Mistake(
             "the weights of forbidden keys are zeroed after the softmax, so the rest no longer sum to 1; "
             "mask the scores before the softmax instead.",
             weights_zeroed_after,
+        ),
+        Mistake(
+            "the softmax is over the wrong axis: each query's weights over the keys must sum to 1, so take the "
+            "softmax over the last dimension (dim=-1).",
+            lambda q, k, v, mask: (
+                torch.softmax(
+                    (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf")), dim=-2
+                )
+                @ v
+            ),
         ),
     ]
     return check_function(
@@ -184,7 +207,6 @@ def check_score_std(answer, d_k: int = 64) -> Result:
         answer,
         exercise=f"standard deviation of q.k for d_k = {d_k}",
         expected=math.sqrt(d_k),
-        rel_tol=0.02,
         mistakes=[
             (f"{d_k} is the variance of q.k; the standard deviation is its square root.", float(d_k)),
             ("1 is the standard deviation after dividing by sqrt(d_k); the question asks before scaling.", 1.0),

@@ -59,6 +59,15 @@ def check_cross_attention(fn) -> Result:
             lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, scale=1.0),
         ),
         Mistake(
+            "the scores are divided by Dk; divide by its square root, sqrt(Dk).",
+            lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, scale=1 / W_q.shape[-1]),
+        ),
+        Mistake(
+            "the weights go straight into the sum of the values without a softmax: turn the scores into weights "
+            "that sum to 1 first.",
+            lambda X, Z, W_q, W_k, W_v: (X @ W_q) @ (Z @ W_k).transpose(-2, -1) / math.sqrt(W_q.shape[-1]) @ (Z @ W_v),
+        ),
+        Mistake(
             "the scores are divided by sqrt(D), the width of the inputs; divide by sqrt(Dk), the width of "
             "the projected queries and keys (W_q.shape[-1]).",
             lambda X, Z, W_q, W_k, W_v: _cross(X, Z, W_q, W_k, W_v, scale=1 / math.sqrt(X.shape[-1])),
@@ -194,6 +203,30 @@ def check_shift(fn) -> Result:
         reference=lambda pe, k: _rotate(pe, k),
         atol=1e-6,
         rtol=1e-5,
+        explain=[_shift_rotation],
+    )
+
+
+def _shift_rotation(got, expected, pe, k) -> str | None:
+    """What a wrong shift does to each (sin, cos) pair: not a rotation, or a turn by another angle."""
+    s, c, new_s, new_c = pe[..., 0::2], pe[..., 1::2], got[..., 0::2], got[..., 1::2]
+    if not torch.allclose(torch.hypot(new_s, new_c), torch.ones_like(s), rtol=1e-4, atol=1e-5):
+        return (
+            "your rows are no longer made of (sin, cos) pairs of length 1: a shift turns each pair (s, c) = "
+            "(sin wp, cos wp) by the angle k w, the new sine s cos(kw) + c sin(kw), the new cosine "
+            "c cos(kw) - s sin(kw), for each pair (2i, 2i+1) with its own frequency w_i."
+        )
+    turn = torch.remainder(torch.atan2(new_s, new_c) - torch.atan2(s, c) + math.pi, 2 * math.pi) - math.pi  # (N, D/2)
+    if torch.allclose(turn, torch.zeros_like(turn), atol=1e-7):
+        return "your function returns the rows as they are: each (sin, cos) pair must turn by the angle k w_i."
+    if not torch.allclose(turn, turn[:1].expand_as(turn), atol=1e-5):
+        return (
+            "your function turns the rows' (sin, cos) pairs by angles that depend on the row: a shift by k turns "
+            "pair i of every row by the same angle k w_i, whatever the row's position."
+        )
+    return (
+        "your function turns each (sin, cos) pair by a fixed angle, but not by k w_i: check the frequencies "
+        "w_i = 10000^(-2i/d_model) (positional.frequencies) and the multiplication by k."
     )
 
 
@@ -203,7 +236,6 @@ def check_pe_self_dot(answer, d_model: int = 128) -> Result:
         answer,
         exercise=f"PE(p) . PE(p) for d_model = {d_model}",
         expected=d_model / 2,
-        rel_tol=1e-6,
         mistakes=[
             (
                 f"each of the {d_model // 2} (sin, cos) pairs contributes sin^2 + cos^2 = 1, not each dimension.",

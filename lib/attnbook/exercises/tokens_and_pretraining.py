@@ -68,8 +68,29 @@ def check_count_pairs(fn) -> Result:
         ),
     ]
     return check_function(
-        _as_plain_dict(fn), exercise="counting BPE pairs", reference=_count_pairs, cases=cases, mistakes=mistakes
+        _as_plain_dict(fn),
+        exercise="counting BPE pairs",
+        reference=_count_pairs,
+        cases=cases,
+        mistakes=mistakes,
+        explain=[_pairs],
     )
+
+
+def _pairs(got, expected, words) -> str | None:
+    """How a wrong count of pairs differs: no pairs, reversed pairs, pairs that are not neighbours, wrong counts."""
+    if not isinstance(got, dict):
+        return None
+    if not got:
+        return "your dictionary is empty: add each pair's count, counts[pair] = counts.get(pair, 0) + n."
+    if set(got) == {(b, a) for a, b in expected}:
+        return "your pairs are reversed: a pair is (a symbol, the one after it), zip(word, word[1:])."
+    if set(got) != set(expected):
+        return (
+            "your pairs are not the neighbours (a, b) of each word: pair each symbol with the next one, "
+            "zip(word, word[1:]), and nothing else."
+        )
+    return "your pairs are right but some counts are not: add the word's count n for every time a pair occurs."
 
 
 # --- BERT's corruption rule -------------------------------------------------------------------------------
@@ -138,7 +159,32 @@ def check_bert_corruption(fn) -> Result:
             swapped_shares,
         ),
     ]
-    return check_function(fn, exercise="BERT's 80/10/10 rule", reference=_corrupt, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn,
+        exercise="BERT's 80/10/10 rule",
+        reference=_corrupt,
+        cases=cases,
+        mistakes=mistakes,
+        explain=[_bert_rules],
+        names=("inputs", "labels"),
+    )
+
+
+def _bert_rules(got, expected, ids, chosen, u, random_ids, mask_id) -> str | None:
+    """Which of BERT's rules a wrong answer breaks: the positions (by band of u) where its inputs or labels differ."""
+    bands = {
+        "not chosen, which stay as they are": ~chosen,
+        "chosen with u < 0.8, which become the mask token": chosen & (u < 0.8),
+        "chosen with 0.8 <= u < 0.9, which become the random token": chosen & (u >= 0.8) & (u < 0.9),
+        "chosen with u >= 0.9, which stay as they are": chosen & (u >= 0.9),
+    }
+    for (what, rule), g, e in zip(
+        (("inputs", ""), ("labels", " (a label is the original token where chosen, -100 elsewhere)")), got, expected
+    ):
+        wrong = [name for name, band in bands.items() if band.any() and not torch.equal(g[band], e[band])]
+        if wrong:
+            return f"your {what} are wrong at the positions {'; and at those '.join(wrong)}{rule}."
+    return None
 
 
 # --- The masks of the three families ----------------------------------------------------------------------
@@ -206,7 +252,6 @@ def check_lora_parameters(answer, *, d_model: int = 768, n_layers: int = 12, r: 
         answer,
         exercise="LoRA's trainable parameters",
         expected=n_layers * 2 * per_matrix,
-        rel_tol=1e-9,
         mistakes=[
             (
                 "that is half the answer: either one matrix per layer (LoRA adapts two here, W_q and W_v), or A "

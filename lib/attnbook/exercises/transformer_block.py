@@ -166,7 +166,7 @@ def check_lrate(fn) -> Result:
         reference=_lrate,
         cases=cases,
         mistakes=mistakes,
-        rtol=1e-9,
+        rtol=1e-6,  # a float32 computation (a relative error of about 1e-7) is right too
         atol=0.0,
     )
 
@@ -210,8 +210,30 @@ def check_gpt_parameters(fn) -> Result:
             lambda V, T, L, D: L * (8 * D * D + 13 * D) + 2 * D + V * D + T * D,
         ),
     ]
+
+    def parts(V, T, L, D):
+        return {
+            "the attention's weights (4 D^2 per layer)": L * 4 * D * D,
+            "the feed-forward network's weights (2 x D x 4D = 8 D^2 per layer)": L * 8 * D * D,
+            "4 D per layer (the attention's four biases, the feed-forward network's first bias, or the two "
+            "LayerNorms' gains and shifts)": L * 4 * D,
+            "the feed-forward network's second bias (D per layer)": L * D,
+            "one of the attention's four projections (D^2 + D per layer)": L * (D * D + D),
+            "one layer (12 D^2 + 13 D)": 12 * D * D + 13 * D,
+            "the token embedding (V x D)": V * D,
+            "the position table (T x D)": T * D,
+            "the final LayerNorm (2 D)": 2 * D,
+        }
+
     return check_function(
-        fn, exercise="parameters of a GPT", reference=reference, cases=cases, mistakes=mistakes, atol=0.5, rtol=0.0
+        fn,
+        exercise="parameters of a GPT",
+        reference=reference,
+        cases=cases,
+        mistakes=mistakes,
+        atol=0.5,
+        rtol=0.0,
+        parts=parts,
     )
 
 
@@ -221,7 +243,6 @@ def check_forward_flops(answer, n_params: float = 175e9) -> Result:
         answer,
         exercise="forward FLOPs per token of GPT-3",
         expected=2 * n_params,
-        rel_tol=0.05,
         mistakes=[
             (
                 "6 N is the cost of training (forward and backward); one forward pass is 2 N: a multiply and an "

@@ -62,13 +62,32 @@ def check_input_gradient(fn) -> Result:
             "that uses the transpose of W_hh: the Jacobian of h_t = W_hh h_{t-1} + ... is W_hh itself.",
             lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh.T, T - 1) @ W_xh,
         ),
+        Mistake(
+            "W_hh^(T-1) * W_xh multiplies entry by entry; the chain rule multiplies matrices: use @.",
+            lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_hh, T - 1) * W_xh,
+        ),
+        Mistake(
+            "W_xh and W_hh are swapped: W_hh (H x H) is raised to the power, W_xh (H x D) maps the input in.",
+            lambda W_xh, W_hh, T: torch.linalg.matrix_power(W_xh, T - 1) @ W_hh,
+        ),
     ]
+
+    def power(got, expected, W_xh, W_hh, T):  # W_hh^k W_xh with another k
+        for k in range(3 * T + 3):
+            if k != T - 1 and torch.allclose(got, torch.linalg.matrix_power(W_hh, k) @ W_xh, rtol=1e-4, atol=1e-5):
+                return (
+                    f"your result is W_hh^{k} W_xh for T = {T}: the power must be T - 1 = {T - 1}, one factor of "
+                    "W_hh for each step from h_1 to h_T."
+                )
+        return None
+
     return check_function(
         fn,
         exercise="how far back an input reaches",
         reference=_input_gradient,
         cases=_input_gradient_cases(),
         mistakes=mistakes,
+        explain=[power],
     )
 
 
@@ -134,13 +153,35 @@ def check_step_jacobian(fn) -> Result:
             "tanh'(a) is 1 - tanh(a)^2: square the new state h_t, not the pre-activation a_t.",
             lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - pre(h_prev, x, W_xh, W_hh, b) ** 2) @ W_hh,
         ),
+        Mistake(
+            "diag(1 - h_t^2) * W_hh multiplies entry by entry and keeps only W_hh's diagonal; the chain rule "
+            "multiplies matrices: diag(1 - h_t^2) @ W_hh.",
+            lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - _next_h(h_prev, x, W_xh, W_hh, b) ** 2) * W_hh,
+        ),
+        Mistake(
+            "W_hh is missing: diag(1 - h_t^2) is the derivative of the tanh; the pre-activation's derivative "
+            "with respect to h_{t-1} multiplies it, diag(1 - h_t^2) @ W_hh.",
+            lambda h_prev, x, W_xh, W_hh, b: torch.diag(1 - _next_h(h_prev, x, W_xh, W_hh, b) ** 2),
+        ),
     ]
+
+    def diagonal(got, expected, h_prev, x, W_xh, W_hh, b):  # diag(s) @ W_hh with another s
+        s = got / W_hh  # (H, H): every row constant if got = diag(s) W_hh
+        if W_hh.abs().min() > 1e-3 and torch.allclose(s, s[:, :1].expand_as(s), rtol=1e-4, atol=1e-6):
+            return (
+                "your result has the right form, diag(s) @ W_hh, but its diagonal s is not tanh'(a_t) = 1 - h_t^2: "
+                "check h_t = tanh(W_xh x + W_hh h_prev + b), with all three terms and tanh (not sigmoid), and "
+                "the derivative 1 - h_t^2."
+            )
+        return None
+
     return check_function(
         fn,
         exercise="the Jacobian of one RNN step",
         reference=_step_jacobian,
         cases=_jacobian_cases(),
         mistakes=mistakes,
+        explain=[diagonal],
     )
 
 
@@ -153,7 +194,7 @@ def check_gradient_norm(answer, rho: float = 0.9, steps: int = 50) -> Result:
         answer,
         exercise=f"gradient norm after {steps} steps at rho = {rho}",
         expected=rho**steps,
-        rel_tol=0.03,
+        significant=2,
         mistakes=[
             (
                 f"that is rho^{steps - 1}: going back {steps} steps multiplies by W_hh {steps} times.",
@@ -168,6 +209,7 @@ def check_gradient_norm(answer, rho: float = 0.9, steps: int = 50) -> Result:
                 "that is the logarithm of the norm (n log rho); the question asks for the norm itself.",
                 steps * math.log(rho),
             ),
+            (f"{rho} is the norm after one step; after {steps} steps the factors multiply: rho^{steps}.", rho),
         ],
     )
 
@@ -187,6 +229,7 @@ def _clip_cases():
         ([_randn(g, 3, 4, scale=5.0), _randn(g, 4, scale=5.0)], 1.0),  # large: must be scaled down
         ([_randn(g, 2, 2, scale=0.01), _randn(g, 5, scale=0.01)], 1.0),  # small: must be left alone
         ([_randn(g, 6, scale=10.0), _randn(g, 2, 3, scale=0.1), _randn(g, 1, scale=1.0)], 2.5),  # uneven sizes
+        ([torch.zeros(3, 4, dtype=DT), torch.zeros(5, dtype=DT)], 1.0),  # a zero gradient: left as it is
     ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import vit
-from . import Mistake, Result, check_function, check_number
+from . import ExerciseFailed, Mistake, Result, check_function, check_number, method
 
 __all__ = ["check_patchify", "check_n_tokens", "check_vit_large_parameters", "check_class_attention_map"]
 
@@ -55,9 +55,16 @@ def check_patchify(fn) -> Result:
             column_major,
         ),
     ]
-    return check_function(
+    result = check_function(
         fn, exercise="patchify", reference=vit.patchify, cases=cases, mistakes=mistakes, atol=0, rtol=0
     )
+    if result.passed and "im2col" in method.operations(fn, cases[1]):  # what F.unfold and nn.Unfold run
+        raise ExerciseFailed(
+            "patchify",
+            "your patches are right, but F.unfold cut them for you; the exercise asks for only reshape and "
+            "permute: split H into (H/P, P) and W into (W/P, P), then permute the axes into place.",
+        )
+    return result
 
 
 def check_n_tokens(fn) -> Result:
@@ -83,6 +90,7 @@ def check_n_tokens(fn) -> Result:
         reference=lambda h, w, p: vit.n_tokens((h, w), p),
         cases=cases,
         mistakes=mistakes,
+        integers=True,
     )
 
 
@@ -101,9 +109,7 @@ def check_vit_large_parameters(answer) -> Result:
     return check_number(
         answer,
         exercise="parameters of ViT-L/16",
-        expected=float(total),
-        rel_tol=0.0,
-        abs_tol=0.5,  # exactly: one forgotten bias is a wrong count
+        expected=float(total),  # exactly: one forgotten bias is a wrong count
         mistakes=[
             (
                 "307M is the number printed in Table 1 of the paper, but ViT-L/16 has fewer (307M is about the size of "
@@ -149,6 +155,20 @@ def check_vit_large_parameters(answer) -> Result:
                 float(total - L * 4 * D),
             ),
         ],
+        parts={
+            "the patch embedding (16 x 16 x 3 x D + D)": counts["patch embedding"],
+            "the position table (197 x D)": counts["position embeddings"],
+            "the attention layers (4 (D^2 + D) per block)": counts["attention (all layers)"],
+            "the MLPs (2 D F + F + D per block)": counts["MLP (all layers)"],
+            "the head (1000 D + 1000)": counts["head"],
+            "one block's attention (4 (D^2 + D))": 4 * (D * D + D),
+            "one block's MLP (2 D F + F + D)": 2 * D * F + F + D,
+            "one block": (counts["attention (all layers)"] + counts["MLP (all layers)"]) // L + 4 * D,
+            "one of the attention's four projections in every block (D^2 + D each)": L * (D * D + D),
+            "the MLP's first bias in every block (F each)": L * F,
+            "the attention's four biases in every block (4 D each)": L * 4 * D,
+            "the MLP's second bias in every block (D each)": L * D,
+        },
     )
 
 

@@ -9,7 +9,10 @@ replayed checker sees what the direct one saw:
   :func:`apply_changes` writes those values into the replayed call's arguments;
 - :func:`record_gradients` computes, right after the call, the gradients the checker will ask for (or the
   error the backward pass raises), and :func:`replay_gradients` gives the replayed result a backward pass
-  that returns them (or raises that error), checking that it is asked for the same weighted sum.
+  that returns them (or raises that error), checking that it is asked for the same weighted sum;
+- :func:`requires_grad` records which of the result's tensors carry a gradient (a module's output depends on
+  its weights even when no argument requires grad), and :func:`replay_requires_grad` marks the replayed ones
+  the same, so that a checker can tell a forward pass cut from autograd (``torch.no_grad``, ``.detach()``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["snapshot", "changes", "apply_changes", "record_gradients", "replay_gradients"]
+__all__ = [
+    "snapshot",
+    "changes",
+    "apply_changes",
+    "record_gradients",
+    "replay_gradients",
+    "requires_grad",
+    "replay_requires_grad",
+]
 
 
 def _flat(x: Any, depth: int = 0) -> list[torch.Tensor]:
@@ -142,3 +153,21 @@ def replay_gradients(args: Any, result: Any, info: Any, mismatch, error_type) ->
         return x
 
     return rebuild(result)
+
+
+def requires_grad(result: Any) -> list[bool]:
+    """Whether each tensor of ``result`` carries a gradient."""
+    return [bool(t.requires_grad) for t in _flat(result)]
+
+
+def replay_requires_grad(result: Any, flags: Any, mismatch) -> Any:
+    """``result`` with its float tensors that carried a gradient when recorded marked as requiring one."""
+    if flags is None:
+        return result
+    tensors = _flat(result)
+    if type(flags) is not list or len(flags) != len(tensors) or not all(type(f) is bool for f in flags):
+        raise mismatch("requires_grad flags of the wrong form")
+    for t, flag in zip(tensors, flags):
+        if flag and not t.requires_grad and t.is_floating_point() and t.is_leaf:
+            t.requires_grad_(True)
+    return result

@@ -190,6 +190,7 @@ class Recorder:
             entry["result"] = self.encode(result)
             entry["changed"] = effects.changes(before, (args, kwargs))  # arguments changed in place
             entry["gradients"] = effects.record_gradients((args, kwargs), result)
+            entry["requires_grad"] = effects.requires_grad(result)
             self.calls.append(entry)
             return result
 
@@ -389,9 +390,10 @@ class Replayer:
         _check("result" in entry, "a call without a result")
         effects.apply_changes((args, kwargs), entry.get("changed", []), RecordMismatch)
         result = self.decode(entry["result"])
-        return effects.replay_gradients(
+        result = effects.replay_gradients(
             (args, kwargs), result, entry.get("gradients"), RecordMismatch, lambda name: _named(Exception, name)
         )
+        return effects.replay_requires_grad(result, entry.get("requires_grad"), RecordMismatch)
 
     def _error(self, info: Any) -> BaseException:
         _check(

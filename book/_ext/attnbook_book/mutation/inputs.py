@@ -3,12 +3,14 @@
 A declaration lists the answer's arguments, one per ``;``, as ``name: type``:
 
 - ``f[*b, n, d]``: a float tensor of that shape; ``*b`` is the batch (none, one, or several dims);
-  suffixes: ``large`` (may hold values in the thousands), ``pos`` (positive), ``prob`` (rows that sum to 1,
-  over the last dim), ``small`` (close to 0);
+  suffixes: ``large`` (may hold values in the thousands), ``huge`` (values near 1e5), ``shift`` (a
+  softmax's input, which may all sit near -1e5), ``pos`` (positive), ``prob`` (rows that sum to 1, over the
+  last dim), ``small`` (close to 0);
 - ``mask[*b, n, m]``: booleans, every row (last dim) with a True; ``mask0[...]`` may have rows of none;
 - ``long[n] < v``: integers in [0, v);
 - ``int(n)``: the size ``n`` as a Python int (``int(n*h)`` for a product); ``float(0.5, 2.0)``: one of these
-  numbers; ``value(a, b)``: any of these Python values; ``lengths[b] <= t``: a list of lengths, one of them t.
+  numbers; ``value(a, b)``: any of these Python values (each argument runs through its values on its own);
+  ``lengths[b] <= t``: a list of lengths, one of them t.
 
 Sizes come from profiles: distinct sizes, a batch of one, no batch, a square input (every size equal),
 a wider batch, and size-one dims; each in float32 and float64, and with large or tiny values where the
@@ -34,6 +36,7 @@ PROFILES = [
     ("wide batch", (3, 2), (6, 9, 8, 5, 4, 3, 7, 10)),
     ("size one", (2,), (1, 1, 2, 1, 3, 1, 2, 1)),
 ]
+REGIMES = {"large": "large", "shifted": "shift", "huge": "huge"}  # a regime of values, and the flag asking for it
 _ARG = re.compile(r"^\s*(\w+)\s*:\s*(.+?)\s*$")
 _TENSOR = re.compile(r"^(f|mask0|mask|long)\[(.*?)\]\s*(.*)$")
 
@@ -75,6 +78,10 @@ def _tensor(kind: str, shape, flags: str, dtype, g: torch.Generator, regime: str
             x = torch.softmax(2 * x, dim=-1)
         elif regime == "large" and "large" in flags:
             x = x * 1000.0
+        elif regime == "shifted" and "shift" in flags:  # a softmax's input: a constant offset changes nothing
+            x = x * 10.0 - 1e5
+        elif regime == "huge" and "huge" in flags:
+            x = x * 1e5
         elif regime == "tiny":
             x = x * 1e-3
         return x.to(dtype)
@@ -92,7 +99,8 @@ def _tensor(kind: str, shape, flags: str, dtype, g: torch.Generator, regime: str
 
 def _arguments(declaration: str, sizes, batch, dtype, g, regime, pick: int):
     args = []
-    for part in (p for p in declaration.split(";") if p.strip()):
+    for position, part in enumerate(p for p in declaration.split(";") if p.strip()):
+        choice = pick + position  # each argument's choices run through their values independently of the others
         name, spec = _ARG.match(part).groups()
         tensor = _TENSOR.match(spec)
         if tensor:
@@ -104,12 +112,12 @@ def _arguments(declaration: str, sizes, batch, dtype, g, regime, pick: int):
             args.append(_size(spec[4:-1], sizes))
         elif spec.startswith(("float(", "value(")):
             values = eval(f"({spec[spec.index('(') + 1 : -1]},)", {"__builtins__": {}})  # noqa: S307
-            args.append(values[pick % len(values)])
+            args.append(values[choice % len(values)])
         elif spec.startswith("lengths["):
             n = _size(spec[8 : spec.index("]")], sizes)
             t = _size(spec.split("<=", 1)[1].strip(), sizes)
             lengths = torch.randint(1, t + 1, (n,), generator=g).tolist()
-            lengths[pick % n] = t
+            lengths[choice % n] = t
             args.append(lengths)
         else:
             raise ValueError(f"cannot read the argument declaration {part!r}")
@@ -127,9 +135,11 @@ def battery(
 ) -> list[Input]:
     """The inputs for a declaration: every profile, dtype, value regime and seed."""
     symbols = [s for s in dict.fromkeys(re.findall(r"[a-zA-Z_]\w*", _dims_text(declaration)))]
-    regimes = ["normal", "tiny"] + (["large"] if "large" in declaration else [])
+    regimes = ["normal", "tiny"] + [r for r, flag in REGIMES.items() if flag in declaration]
     out = []
-    for (profile, batch, sizes), dtype, regime, seed in itertools.product(PROFILES, dtypes, regimes, range(seeds)):
+    for (number, (profile, batch, sizes)), dtype, regime, seed in itertools.product(
+        enumerate(PROFILES), dtypes, regimes, range(seeds)
+    ):
         if regime != "normal" and (seed or profile not in ("distinct", "batch of one")):
             continue  # the edge values on two profiles; the shapes on all
         assigned = dict(zip(symbols, sizes))
@@ -140,7 +150,7 @@ def battery(
         assigned.update(fixed or {})
         g = torch.Generator().manual_seed(1000 * seed + len(out))
         try:
-            args = _arguments(declaration, assigned, batch, dtype, g, regime, seed)
+            args = _arguments(declaration, assigned, batch, dtype, g, regime, seed + 2 * number)
         except (RuntimeError, ValueError):  # a profile this declaration cannot take (e.g. an empty batch)
             continue
         label = f"{profile}, {str(dtype).removeprefix('torch.')}, {regime} values, sizes {assigned}"
@@ -152,4 +162,5 @@ def _dims_text(declaration: str) -> str:
     """The size symbols a declaration uses, in order: inside [...], int(...) and after < or <=."""
     parts = re.findall(r"\[(.*?)\]|int\((.*?)\)|<=?\s*([\w*+/ ]+)", declaration)
     text = " ".join(" ".join(p) for p in parts).replace("*b", " ")
-    return " ".join(w for w in re.findall(r"[a-zA-Z_]\w*", text) if w not in ("large", "pos", "prob", "small"))
+    flags = ("large", "pos", "prob", "small", "shift", "huge")
+    return " ".join(w for w in re.findall(r"[a-zA-Z_]\w*", text) if w not in flags)

@@ -25,7 +25,7 @@ __all__ = ["outcome", "difference", "module_difference", "number_difference"]
 
 # (rtol, atol relative to the largest of the solution's values), by dtype: float32 sums round at about 1e-7
 TOLERANCE = {torch.float32: (2e-3, 2e-4), torch.float64: (1e-5, 1e-6)}
-RTOL = 1e-5  # numbers
+RTOL = 1e-5  # numbers a function returns
 
 
 def _copy(x: Any) -> Any:
@@ -71,6 +71,7 @@ def outcome(answer: Callable, args: tuple, grad: bool) -> dict:
     if not isinstance(answer, nn.Module) and not any(t.is_floating_point() for t in _tensors(args)):
         result = _float64(result)  # a function of sizes alone: its float dtype is free
     out: dict = {
+        "raw": result if isinstance(answer, nn.Module) else None,  # a module's output: does it carry a gradient
         "result": _copy(result),
         "changed": [i for i, (a, b) in enumerate(zip(kept, given)) if not _same(a, b)],
     }
@@ -105,7 +106,7 @@ def _gradients(answer: Callable, args: tuple, which):
     return [torch.zeros_like(t) if g is None else g.detach() for t, g in zip(inputs, grads)]
 
 
-def _value_difference(got: Any, expected: Any) -> str | None:
+def _value_difference(got: Any, expected: Any, integers: bool = False) -> str | None:
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return f"returns {type(got).__name__}, not a tensor"
@@ -131,21 +132,22 @@ def _value_difference(got: Any, expected: Any) -> str | None:
                 f"{type(expected).__name__} of {len(expected)}"
             )
         for i, (a, b) in enumerate(zip(got, expected)):
-            d = _value_difference(a, b)
+            d = _value_difference(a, b, integers)
             if d:
                 return f"item {i}: {d}"
         return None
     if isinstance(expected, dict):
         if not isinstance(got, dict) or got.keys() != expected.keys():
             return "other keys"
-        return next((f"[{k!r}]: {d}" for k in expected for d in [_value_difference(got[k], expected[k])] if d), None)
+        found = (f"[{k!r}]: {d}" for k in expected for d in [_value_difference(got[k], expected[k], integers)] if d)
+        return next(found, None)
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         if isinstance(got, torch.Tensor) or isinstance(got, bool) or not isinstance(got, (int, float)):
             try:
                 got = float(got)
             except (TypeError, ValueError, RuntimeError):
                 return f"returns {type(got).__name__}, not a number"
-        if type(expected) is int and type(got) is not int:
+        if integers and type(expected) is int and type(got) is not int:
             return f"returns {type(got).__name__}, not an int"
         if math.isclose(got, expected, rel_tol=RTOL, abs_tol=0.0) or (math.isnan(got) and math.isnan(expected)):
             return None
@@ -153,11 +155,12 @@ def _value_difference(got: Any, expected: Any) -> str | None:
     return None if got == expected else f"{got!r}, not {expected!r}"
 
 
-def difference(got: dict, expected: dict) -> str | None:
-    """None when two outcomes agree, else how they differ."""
+def difference(got: dict, expected: dict, integers: bool = False) -> str | None:
+    """None when two outcomes agree, else how they differ (``integers``: a float where the solution returns an
+    int differs, for a count the exercise says is an int)."""
     if "error" in got:
         return f"raises {got['error']}"
-    diff = _value_difference(got["result"], expected["result"])
+    diff = _value_difference(got["result"], expected["result"], integers)
     if diff:
         return diff
     if got["changed"] != expected["changed"]:
@@ -190,9 +193,9 @@ def _structure(module: nn.Module):
     return out
 
 
-@torch.no_grad()
 def module_difference(mutant_cls, reference_cls, init: tuple, inputs) -> str | None:
-    """How a class answer differs from the solution's: construction, parameters, or forward outputs."""
+    """How a class answer differs from the solution's: construction, parameters, forward outputs, and the
+    gradients that training uses (with respect to a float input, and whether the output carries one)."""
     try:
         mutant = _build(mutant_cls, init)
     except Exception as error:  # noqa: BLE001
@@ -203,29 +206,43 @@ def module_difference(mutant_cls, reference_cls, init: tuple, inputs) -> str | N
     if _structure(mutant) != _structure(reference):
         return "other parameters (names, shapes or sharing)"
     g = torch.Generator().manual_seed(1)
-    for p in reference.parameters():
-        p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-    for name, p in reference.named_parameters():
-        if "norm" in name and name.endswith("weight"):
-            p.add_(1.0)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+        for name, p in reference.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.add_(1.0)
     mutant.load_state_dict(reference.state_dict())
     for item in inputs:
         args = tuple(a.to(torch.float32) if torch.is_tensor(a) and a.is_floating_point() else a for a in item.args)
-        expected = outcome(reference, args, grad=False)
+        floats = any(torch.is_tensor(a) and a.is_floating_point() for a in args)
+        grad = floats and "large values" not in item.label  # float32's gradients of huge scores are noise
+        expected = outcome(reference, args, grad=grad)
         if "error" in expected:
             continue
-        diff = difference(outcome(mutant, args, grad=False), expected)
+        got = outcome(mutant, args, grad=grad)
+        diff = difference(got, expected) or _carries_gradient(got, expected)
         if diff:
             return f"{item.label}: {diff}"
     return None
 
 
-def number_difference(got: Any, expected: Any, tol: float) -> str | None:
-    """How a numeric answer differs from the solution's value, beyond the question's tolerance."""
+def _carries_gradient(got: dict, expected: dict) -> str | None:
+    if "error" in got:
+        return None
+    flags = [t.requires_grad for t in _tensors(got["raw"])], [t.requires_grad for t in _tensors(expected["raw"])]
+    return None if flags[0] == flags[1] else "the output carries no gradient"
+
+
+def number_difference(got: Any, expected: Any, precision: dict) -> str | None:
+    """How a numeric answer differs from the solution's value, beyond the precision its question states
+    (``precision``: the arguments of :func:`attnbook.exercises.number_tolerance`; none: the exact value)."""
+    from attnbook.exercises import number_tolerance
+
     if isinstance(got, torch.Tensor) and got.numel() == 1:
         got = got.item()
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         return f"{type(got).__name__}, not a number"
-    if math.isclose(got, expected, rel_tol=max(tol, 1e-12), abs_tol=0.0):
+    if abs(got - expected) <= number_tolerance(float(expected), **precision):
         return None
     return f"{got:.6g}, not {expected:.6g}"

@@ -12,7 +12,7 @@ import hashlib
 import json
 import multiprocessing
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -84,9 +84,14 @@ def summary(result: dict) -> dict:
         "killable": len(killable),
         "rejected": len(rejected),
         "rejected_named": sum(bool(m.get("named")) for m in rejected),
+        # the same among the generated mutants alone, without the usual mistakes the checker lists itself
+        "rejected_generated": sum(m.get("operator") != "mistake" for m in rejected),
+        "named_generated": sum(bool(m.get("named")) and m.get("operator") != "mistake" for m in rejected),
         "seconds": result.get("seconds"),
         "error": result.get("error"),
         "solution_vs_checker_reference": result.get("solution_vs_checker_reference"),
+        "tolerance": result.get("tolerance"),
+        "kinds": dict(Counter(m.get("kind") or "?" for m in rejected)),
         "survivors": [
             {k: m.get(k) for k in ("id", "description", "difference", "checker", "hint")}
             for m in killable
@@ -98,9 +103,12 @@ def summary(result: dict) -> dict:
 
 def _score(rows) -> dict:
     keys = ("made", "invalid", "equivalent", "killable", "rejected", "rejected_named")
+    keys += ("rejected_generated", "named_generated")
     total = {k: sum(r[k] for r in rows) for k in keys}
     total["score"] = round(100 * total["rejected"] / total["killable"], 1) if total["killable"] else 100.0
     total["named_share"] = round(100 * total["rejected_named"] / total["rejected"], 1) if total["rejected"] else 0.0
+    generated = total["rejected_generated"]
+    total["named_share_generated"] = round(100 * total["named_generated"] / generated, 1) if generated else 0.0
     total["survivors"] = total["killable"] - total["rejected"]
     return total
 
@@ -114,6 +122,7 @@ def report(results: list[dict], seconds: float, sample: int | None) -> dict:
         "sample": sample,
         "seconds": round(seconds, 1),
         "total": _score(rows),
+        "kinds": dict(sum((Counter(r["kinds"]) for r in rows), Counter()).most_common()),
         "chapters": {c: _score(rs) | {"exercises": len(rs)} for c, rs in sorted(chapters.items())},
         "exercises": rows,
         "mutants": {r["exercise"]: r["mutants"] for r in results},
@@ -122,14 +131,17 @@ def report(results: list[dict], seconds: float, sample: int | None) -> dict:
 
 def markdown(data: dict) -> str:
     lines = [
-        "| chapter | exercises | mutants | equivalent | killable | rejected | score | hint names the mistake |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| chapter | exercises | mutants | equivalent | killable | rejected | score | hint names the mistake "
+        "| of generated mutants |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for chapter, c in list(data["chapters"].items()) + [("all", data["total"] | {"exercises": len(data["exercises"])})]:
         lines.append(
             f"| {chapter} | {c['exercises']} | {c['made']} | {c['equivalent']} | {c['killable']} | {c['rejected']} "
-            f"| {c['score']:.1f}% | {c['named_share']:.0f}% |"
+            f"| {c['score']:.1f}% | {c['named_share']:.0f}% | {c['named_share_generated']:.0f}% |"
         )
+    kinds = ", ".join(f"{kind} {n}" for kind, n in data.get("kinds", {}).items())
+    lines += ["", f"The rejections' hints by kind (`ExerciseFailed.kind`; `generic` names no mistake): {kinds}."]
     lines += ["", "Surviving killable mutants:", ""]
     for row in data["exercises"]:
         for s in row["survivors"]:

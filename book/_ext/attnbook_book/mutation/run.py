@@ -11,8 +11,8 @@ is a finding. Each mutant runs under a time limit.
 from __future__ import annotations
 
 import contextlib
-import re
 import signal
+import sys
 import warnings
 from typing import Any
 
@@ -24,11 +24,6 @@ from .operators import Mutant, mutants
 from .specs import SPECS
 
 LIMIT_S = 20  # one mutant: the oracle and the checker together
-_GENERIC = re.compile(
-    r"^(on test case \d+(, .*| your function raised [^.]*(\(at the line `.*`\))?\.)"
-    r"|[-+\d.e]+ is too (large|small)\.|expected .*)$",
-    re.S,
-)
 
 
 class _TimeLimit(Exception):
@@ -49,27 +44,30 @@ def _limit(seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
-def named(hint: str) -> bool:
-    """Whether a hint names a mistake, rather than only saying which case failed and how."""
-    return not _GENERIC.match(hint.strip())
+def named(kind: str) -> bool:
+    """Whether a rejection's hint names a mistake (a listed one, or a kind of difference the checking helpers
+    recognised: :class:`attnbook.exercises.ExerciseFailed`'s ``kind``), rather than only saying which case
+    failed and where."""
+    return kind != "generic"
 
 
-def verdict(check, answer) -> tuple[str, str]:
-    """("passed" | "rejected" | "not attempted" | "crashed", the hint or message)."""
+def verdict(check, answer) -> tuple[str, str, str]:
+    """("passed" | "rejected" | "not attempted" | "crashed", the hint or message, the hint's kind)."""
     try:
         result = check(answer)
     except ExerciseFailed as failed:
-        return "rejected", failed.hint
+        return "rejected", failed.hint, failed.kind
     except _TimeLimit:
         raise
     except Exception as error:  # noqa: BLE001 - a checker that crashes instead of rejecting is a finding
-        return "crashed", f"{type(error).__name__}: {error}"[:300]
-    return ("passed" if result.passed else "not attempted"), result.message
+        return "crashed", f"{type(error).__name__}: {error}"[:300], ""
+    return ("passed" if result.passed else "not attempted"), result.message, ""
 
 
 def capture(exercise: solutions.Exercise, answer) -> dict:
-    """Run the checker on ``answer`` and catch what it hands to check_function/check_number."""
-    module = __import__(f"attnbook.exercises.{exercise.module}", fromlist=["_"])
+    """Run the checker on ``answer`` and catch what it hands to check_function/check_number (in the module
+    that defines the checker, which may be a part its chapter's module imports it from)."""
+    module = sys.modules[exercise.check().__module__]
     seen: dict[str, Any] = {}
     real = {name: getattr(module, name, None) for name in ("check_function", "check_number")}
 
@@ -136,6 +134,8 @@ def analyse(exercise: solutions.Exercise, limit_s: int = LIMIT_S, sample: int | 
     reference = solutions.load(exercise)
     captured = capture(exercise, reference)
     report["solution"] = captured["verdict"][0]
+    if exercise.kind == "number":
+        report["tolerance"] = _tolerances(captured, spec, reference)
     compare = _comparer(exercise, spec, reference)
     report["inputs"] = compare.count
     report["solution_vs_checker_reference"] = _against_checker_reference(exercise, spec, reference, captured)
@@ -149,8 +149,8 @@ def analyse(exercise: solutions.Exercise, limit_s: int = LIMIT_S, sample: int | 
                 diff = compare(answer)
                 entry["difference"] = diff
                 if diff is not None:
-                    entry["checker"], entry["hint"] = verdict(check, answer)
-                    entry["named"] = entry["checker"] == "rejected" and named(entry["hint"])
+                    entry["checker"], entry["hint"], entry["kind"] = verdict(check, answer)
+                    entry["named"] = entry["checker"] == "rejected" and named(entry["kind"])
         except _TimeLimit:
             entry["difference"], entry["checker"], entry["hint"] = "time limit", "time limit", ""
         except Exception as error:  # noqa: BLE001 - a mutant whose cell does not even run is not counted
@@ -159,12 +159,24 @@ def analyse(exercise: solutions.Exercise, limit_s: int = LIMIT_S, sample: int | 
     return report
 
 
+def _tolerances(captured, spec, reference) -> dict:
+    """How far from the solution the checker accepts a number, and how far the question allows (spec)."""
+    from attnbook.exercises import number_tolerance
+
+    _, kwargs = captured["number"][0]
+    given = {k: kwargs[k] for k in ("rel_tol", "abs_tol", "significant") if k in kwargs}
+    return {
+        "checker": number_tolerance(kwargs["expected"], **given),
+        "question": number_tolerance(float(reference), **spec.number),
+    }
+
+
 def _comparer(exercise, spec, reference):
     """A function answer -> how it differs from the solution on the battery (None: nowhere)."""
     if exercise.kind == "number":
 
         def compare(answer):
-            return oracle.number_difference(answer, reference, spec.tol)
+            return oracle.number_difference(answer, reference, spec.number)
 
         compare.count = 1
         return compare
@@ -186,7 +198,7 @@ def _comparer(exercise, spec, reference):
 
     def compare(answer):
         for item, out in expected:
-            diff = oracle.difference(oracle.outcome(answer, item.args, spec.grad), out)
+            diff = oracle.difference(oracle.outcome(answer, item.args, spec.grad), out, spec.integers)
             if diff:
                 return f"{item.label}: {diff}"
         return None

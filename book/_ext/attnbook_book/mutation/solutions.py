@@ -57,10 +57,26 @@ class Exercise:
 
 
 def checker_files(module: str) -> list[Path]:
+    """The files a checker module's verdicts depend on: the checking helpers (the package's ``__init__`` and
+    every module it imports), the module, and the modules of the package it imports (a lab's parts)."""
     import attnbook.exercises as package
 
     folder = Path(package.__file__).parent
-    return [folder / "__init__.py", folder / f"{module}.py"]
+    found: list[Path] = []
+
+    def visit(path: Path) -> None:
+        if path in found or not path.exists():
+            return
+        found.append(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                for name in names:
+                    visit(folder / f"{name.split('.')[0]}.py")
+
+    visit(folder / "__init__.py")
+    visit(folder / f"{module}.py")
+    return found
 
 
 def _cells(chapter: str) -> list[tuple[str, str, list[str]]]:

@@ -4,7 +4,9 @@ One entry per checker. A function answer is declared by its arguments, in the ba
 promises (``*b`` where any batch is allowed); ``grad`` says that its gradients are part of its behaviour.
 Answers that a declaration cannot describe (lists of tensors, dictionaries, graphs, modules, a model to
 sample from) name a small generator below. A class answer gives the arguments of its constructor and its
-forward's input; a number gives the relative tolerance its question allows (0: exact).
+forward's input; a number gives the precision its question states, as the arguments of
+``attnbook.exercises.number_tolerance`` (``significant=3``: three significant figures; nothing: the exact
+value), and its checker must accept exactly that (``tests/exercises/test_mutation.py``).
 A checker without an entry is reported as such: a new exercise needs one line here.
 """
 
@@ -25,7 +27,8 @@ class Spec:
     table: tuple = ()  # explicit argument tuples (scalar answers), instead of or besides a declaration
     custom: str = ""  # the name of a generator below
     init: tuple = ()  # a class: its constructor's arguments, one tuple per configuration
-    tol: float = 0.0  # a number: the relative tolerance the question allows
+    number: dict = field(default_factory=dict)  # a number: the precision its question states (none: exact)
+    integers: bool = False  # a count the exercise says is an int: a float of the same value differs
     bind: tuple = ()  # a class: the size symbols its constructor's first arguments fix, e.g. ("d",)
     even: tuple = ()
     at_least: dict = field(default_factory=dict)
@@ -44,7 +47,7 @@ SPECS: dict[str, Spec] = {
     # 01
     "check_input_gradient": Spec("W_xh: f[h, d]; W_hh: f[h, h] small; T: int(t)"),
     "check_step_jacobian": Spec("h_prev: f[h]; x: f[d]; W_xh: f[h, d]; W_hh: f[h, h]; b: f[h]"),
-    "check_gradient_norm": Spec(tol=0.01),
+    "check_gradient_norm": Spec(number={"significant": 2}),
     "check_clip_grad_norm": Spec(custom="clip"),
     # 02
     "check_lstm_step": Spec(
@@ -53,20 +56,22 @@ SPECS: dict[str, Spec] = {
     "check_gru_step": Spec(
         "x: f[n, d]; h: f[n, k]; W_x: f[3*k, d]; W_h: f[3*k, k]; b_x: f[3*k]; b_h: f[3*k]", grad=(0, 1)
     ),
-    "check_forget_bias": Spec(tol=1e-3),
+    "check_forget_bias": Spec(number={"significant": 3}),
     "check_gru_parameters": Spec(),
     # 03
     "check_bahdanau_attention": Spec(
-        "s_prev: f[n, e]; H: f[n, t, c]; mask: mask[n, t]; W_1: f[a, e]; W_2: f[a, c]; v: f[a]", grad=True
+        "s_prev: f[n, e]; H: f[n, t, c]; mask: mask[n, t]; W_1: f[a, e]; W_2: f[a, c]; v: f[a] huge", grad=True
     ),
     "check_shift_targets": Spec(custom="shift_targets"),
-    "check_bottleneck_bits": Spec(tol=1e-3),
+    "check_bottleneck_bits": Spec(number={"significant": 3}),
     "check_beam_step": Spec("scores: f[n]; log_probs: f[n, v]; k: int(k)"),
     # 04
     "check_attention": Spec("q: f[*b, n, d]; k: f[*b, m, d]; v: f[*b, m, e]", grad=True),
-    "check_masked_attention": Spec("q: f[*b, n, d]; k: f[*b, m, d]; v: f[*b, m, e]; mask: mask[*b, n, m]", grad=True),
-    "check_softmax_temperature": Spec("scores: f[*b, n] large; temperature: float(0.25, 1.0, 4.0)", grad=True),
-    "check_score_std": Spec(tol=1e-3),
+    "check_masked_attention": Spec(
+        "q: f[*b, n, d] large; k: f[*b, m, d] large; v: f[*b, m, e]; mask: mask[*b, n, m]", grad=True
+    ),
+    "check_softmax_temperature": Spec("scores: f[*b, n] large shift; temperature: float(0.25, 1.0, 4.0)", grad=True),
+    "check_score_std": Spec(),
     # 05
     "check_cross_attention": Spec(
         "X: f[*b, n, d]; Z: f[*b, m, e]; W_q: f[d, k]; W_k: f[e, k]; W_v: f[e, u]", grad=True
@@ -77,7 +82,7 @@ SPECS: dict[str, Spec] = {
     # 06
     "check_causal_mask": Spec(table=((1,), (2,), (5,), (8,))),
     "check_decoder_mask": Spec("lengths: lengths[n] <= t; T: int(t)"),
-    "check_safe_masked_softmax": Spec("scores: f[*b, n, m] large; mask: mask0[*b, n, m]", grad=True),
+    "check_safe_masked_softmax": Spec("scores: f[*b, n, m] large shift; mask: mask0[*b, n, m]", grad=True),
     "check_allowed_count": Spec(),
     # 07
     "check_split_heads": Spec("x: f[n, t, h*k]; n_heads: int(h)"),
@@ -103,20 +108,22 @@ SPECS: dict[str, Spec] = {
     "check_causal_linear_attention": Spec("q: f[t, d]; k: f[t, d]; v: f[t, e]", grad=True),
     # 10
     "check_patchify": Spec("images: f[n, c, p*h, p*w]; patch_size: int(p)"),
-    "check_n_tokens": Spec(table=((224, 224, 16), (32, 48, 8), (30, 30, 4), (16, 16, 16), (384, 224, 32))),
+    "check_n_tokens": Spec(
+        table=((224, 224, 16), (32, 48, 8), (28, 20, 4), (16, 16, 16), (384, 224, 32)), integers=True
+    ),
     "check_vit_large_parameters": Spec(),
     "check_class_attention_map": Spec(custom="class_attention"),
     # 11
     "check_rmsnorm": Spec("x: f[*b, d]; weight: f[d]; eps: float(1e-6, 1e-2)", grad=True),
     "check_swiglu": Spec("x: f[*b, d]; W_1: f[d, h]; W_2: f[d, h]; W_3: f[h, d]", grad=True),
-    "check_rope": Spec("x: f[*b, t, 2*h]; offset: value(0, 3, 1000)", grad=True),
+    "check_rope": Spec("x: f[*b, t, 2*h]; offset: value(0, 3, 1000)", grad=True, custom="rope_far"),
     "check_kv_cache_bytes": Spec(),
     # 12
-    "check_causal_self_attention": Spec("x: f[n, t, d]", init=((16, 4), (12, 3), (8, 1)), bind=("d",)),
+    "check_causal_self_attention": Spec("x: f[n, t, d] large", init=((16, 4), (12, 3), (8, 1)), bind=("d",)),
     "check_block": Spec("x: f[n, t, d]", init=((16, 4), (12, 2)), bind=("d",)),
     "check_mini_gpt": Spec("idx: long[n, t] < v", init=((13, 8, 16, 4, 2), (7, 5, 8, 2, 1)), bind=("v",)),
     "check_next_token_probs": Spec(
-        "logits: f[n, v] large; temperature: float(1.0, 0.5, 2.0); top_k: value(None, 1, 3)", grad=True
+        "logits: f[n, v] large shift; temperature: float(1.0, 0.5, 2.0); top_k: value(None, 1, 3)", grad=True
     ),
     "check_generate": Spec(custom="generate"),
     # 13
@@ -127,15 +134,15 @@ SPECS: dict[str, Spec] = {
     # 14
     "check_training_flops": Spec(table=((4, 128, 2_000_000), (1, 16, 3), (12, 768, 3 * 10**11), (3, 7, 100))),
     "check_fit_exponent": Spec(custom="fit_exponent"),
-    "check_compute_optimal": Spec(table=((5.76e23, 20.0), (1e18, 20.0), (3e14, 5.0), (6.0, 1.0))),
+    "check_compute_optimal": Spec(table=((5.76e23, 20.0), (1e18, 20.0), (3e14, 5.0), (6.0, 1.0), (1000.0, 20.0))),
     "check_loss_scale": Spec(),
-    "check_attention_entropy": Spec("weights: f[n, h, t, t] prob0", grad=True),
+    "check_attention_entropy": Spec("weights: f[n, h, t, t] prob0"),  # values: no gradient is right at 0
     # 15
     "check_masked_mean": Spec("h: f[n, m, d]; keep: mask0[n, m]", grad=True),
     "check_adjacency_mask": Spec(custom="edges"),
     "check_shortest_paths": Spec(custom="graphs"),
     "check_spectrogram_shape": Spec(
-        table=((2016, 64, 32), (16000, 400, 160), (1000, 256, 100), (17, 8, 3), (48, 16, 4))
+        table=((2016, 64, 32), (16000, 400, 160), (1000, 256, 100), (17, 8, 3), (48, 16, 4)), integers=True
     ),
     "check_clip_loss": Spec("image_embeddings: f[n, e]; text_embeddings: f[n, e]; scale: float(1.0, 10.0)", grad=True),
     "check_agent_mask": Spec(table=((2, 3), (3, 4), (1, 5), (4, 1), (1, 1))),
@@ -166,6 +173,8 @@ def _clip():
         shapes = [(3, 4), (5,), (2, 2, 2)][: 1 + seed % 3]
         grads = [torch.randn(s, generator=g, dtype=dtype) * scale for s in shapes]
         out.append(Input((grads, max_norm), f"{len(grads)} tensors, {dtype}, scale {scale}, max_norm {max_norm}"))
+    zeros = [torch.zeros(3, 4, dtype=torch.float64), torch.zeros(5, dtype=torch.float64)]
+    out.append(Input((zeros, 1.0), "a zero gradient"))  # small enough: it comes back unchanged
     return out
 
 
@@ -179,6 +188,15 @@ def _shift_targets():
         targets[torch.arange(T) >= lengths[:, None]] = 0  # padded after each sentence
         out.append(Input((targets, lengths), f"B={B}, T={T}"))
     return out
+
+
+def _rope_far():
+    """Rows far into a long context, in float64 only (float32 cannot hold the angle at position 100,000)."""
+    g = _g(0)
+    return [
+        Input((torch.randn(*shape, generator=g, dtype=torch.float64), 100_000), f"{shape} at 100,000")
+        for shape in [(3, 4), (2, 3, 8)]
+    ]
 
 
 def _post_norm_block():
@@ -296,6 +314,7 @@ def _graphs():
         ([], 2),
         ([(0, 1)], 1 + 1),
         ([(0, 2), (2, 4), (1, 3)], 6),
+        ([(i, i + 1) for i in range(9)], 10),  # a path: its ends n - 1 edges apart
     ]:
         out.append(Input((graphs.adjacency_from_edges(edges, n),), f"edges {edges}, {n} nodes"))
     return out
@@ -316,6 +335,7 @@ CUSTOM = {
     "clip": _clip,
     "shift_targets": _shift_targets,
     "post_norm_block": _post_norm_block,
+    "rope_far": _rope_far,
     "online_softmax": _online_softmax,
     "class_attention": _class_attention,
     "generate": _generate,
