@@ -65,6 +65,8 @@ def test_without_head_checker():
     assert_fails_with(ex.check_without_head, lambda W, h, H: without(W, h, H, rows=True), "rows")
     assert_fails_with(ex.check_without_head, lambda W, h, H: without(W, h, H, shift=-1), "one head off")
     assert_fails_with(ex.check_without_head, lambda W, h, H: W.clone(), "nothing was removed")
+    assert_fails_with(ex.check_without_head, lambda W, h, H: W - without(W, h, H), "keeps only the head")
+    assert_fails_with(ex.check_without_head, lambda W, h, H: without(W, h, H, shift=1), "one head off")
     assert_fails_with(ex.check_without_head, lambda W, h, H: W * 0, "all zeros")
 
 

@@ -81,7 +81,7 @@ def _head_cases():
     g = torch.Generator().manual_seed(7)
     square = [
         (torch.randn(D, D, generator=g, dtype=torch.float64), head, H)
-        for D, H, head in [(8, 2, 1), (12, 3, 0), (16, 4, 2), (16, 4, 3)]
+        for D, H, head in [(16, 4, 2), (8, 2, 1), (12, 3, 0), (16, 4, 3)]  # two heads: keep one = remove the other
     ]
     # W_o maps the heads' H * Dh features to d_model: not square when H * Dh != d_model
     return square + [(torch.randn(6, 12, generator=g, dtype=torch.float64), 1, 3)]
@@ -104,6 +104,10 @@ def check_without_head(fn) -> Result:
             lambda W, h, H: _without_head(W, h, H, shift=1),
         ),
         Mistake("nothing was removed: set the head's columns of the copy to zero.", lambda W, h, H: W.clone()),
+        Mistake(
+            "that keeps only the head and removes every other one: zero the head's own columns, keep the rest.",
+            lambda W, h, H: W - _without_head(W, h, H),
+        ),
         Mistake(
             "the head's width comes from the rows, W_o.shape[0] // n_heads, which is right only for a square "
             "W_o: the heads are the columns (the inputs), so Dh = W_o.shape[1] // n_heads.",
