@@ -1,9 +1,9 @@
 """The training recipe of the graphs page's experiment, apart from the models (as :mod:`vit_experiment` is for
 the vision transformer):
 
-- :func:`structural_inputs`: the Laplacian eigenvectors and the shortest-path distances of a batch of
-  graphs, what :class:`~attnbook.graphs.GraphTransformer` reads for its ``"laplacian"`` and ``"distance"``
-  encodings;
+- :func:`structural_inputs`: the Laplacian eigenvectors (scaled by the square root of the number of nodes,
+  so that their entries are of order 1) and the shortest-path distances of a batch of graphs, what
+  :class:`~attnbook.graphs.GraphTransformer` reads for its ``"laplacian"`` and ``"distance"`` encodings;
 - :func:`fit_graph_model`: AdamW and cross-entropy over random batches of graphs, with a warmup and a
   cosine decay, each eigenvector's sign flipped at random in every batch (an eigenvector is defined only
   up to its sign, so the model must not rely on one);
@@ -27,8 +27,12 @@ __all__ = ["structural_inputs", "graph_logits", "fit_graph_model", "accuracy"]
 
 
 def structural_inputs(graphs: GraphBatch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``k`` Laplacian eigenvectors of every graph (after the constant one), zero on the padding,
-    and the shortest-path distances between every two nodes.
+    """The first ``k`` Laplacian eigenvectors of every graph (after the first), zero on the padding, and the
+    shortest-path distances between every two nodes.
+
+    A unit eigenvector of a graph of n nodes has entries of about 1/sqrt(n), small beside the token
+    embeddings they are added to, so each is multiplied by sqrt(n): the mean square of its entries is then 1,
+    whatever the graph's size.
 
     Shapes:
         return: eigenvectors (B, N, k) float32, distances (B, N, N) int64 (-1: no path)
@@ -40,7 +44,8 @@ def structural_inputs(graphs: GraphBatch, k: int) -> tuple[torch.Tensor, torch.T
     B, N = graphs.nodes.shape
     eigenvectors = torch.zeros(B, N, k)
     for b, n in enumerate(graphs.n_nodes.tolist()):
-        eigenvectors[b, :n] = laplacian_eigenvectors(graphs.adjacency[b, :n, :n], k)[0].float()  # (n, k)
+        unit = laplacian_eigenvectors(graphs.adjacency[b, :n, :n], k)[0]  # (n, k), unit columns
+        eigenvectors[b, :n] = (unit * n**0.5).float()  # (n, k), mean square 1 per column
     return eigenvectors, shortest_path_distances(graphs.adjacency)
 
 

@@ -169,7 +169,10 @@ def laplacian_eigenvectors(adjacency: torch.Tensor, k: int, *, normalized: bool 
     """The eigenvectors of the k smallest eigenvalues of the Laplacian after the first: positions for nodes.
 
     The first eigenvector (eigenvalue 0, constant on a connected graph up to the degree weighting) says
-    nothing about where a node is and is skipped. The next ones vary slowly over the graph, like the low
+    nothing about where a node is and is skipped. A graph of c connected components has c eigenvectors of
+    eigenvalue 0, each constant on every component, and the solver's basis of them is arbitrary: only the
+    first is skipped, so the next c - 1 tell the components apart, unless the solver happens to put that
+    contrast in the skipped one. The next ones vary slowly over the graph, like the low
     frequencies of a sinusoidal encoding over a sequence (on a ring they are exactly sines and cosines).
     Each is defined up to its sign (and a basis of an eigenspace of a repeated eigenvalue is not unique),
     which is why they are trained with random sign flips. A graph with at most k nodes after the first

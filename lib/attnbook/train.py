@@ -89,7 +89,11 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
 
 @dataclass
 class History:
-    """What a training run recorded: the loss and learning rate at every step, evaluations now and then."""
+    """What a training run recorded: the loss and learning rate at every step, evaluations now and then.
+
+    ``seconds`` is the run's wall-clock time, which other programs on a busy machine inflate;
+    ``cpu_seconds`` the processor time the process used meanwhile (all its threads), which they do not.
+    """
 
     step: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
@@ -97,6 +101,7 @@ class History:
     eval_step: list[int] = field(default_factory=list)
     evals: dict[str, list[float]] = field(default_factory=dict)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     diverged: bool = False
 
     def record_eval(self, step: int, metrics: dict[str, float]) -> None:
@@ -184,7 +189,7 @@ def fit(
             history.record_eval(step, evaluate(model))
         model.train(was_training)
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     model.train()
     bar = progress(range(steps), desc=desc, **({"disable": True} if quiet else {}))
     for step in bar:
@@ -213,6 +218,7 @@ def fit(
     if evaluate is not None and not history.diverged:
         run_eval(len(history.step))
     history.seconds = time.perf_counter() - start
+    history.cpu_seconds = time.process_time() - cpu_start
     return history
 
 

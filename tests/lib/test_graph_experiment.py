@@ -15,7 +15,8 @@ def test_structural_inputs_are_each_graphs_own_and_zero_on_the_padding(rings):
     assert eig.shape == (12, 12, 3) and eig.dtype == torch.float32 and dist.shape == (12, 12, 12)
     for b, n in enumerate(rings.n_nodes.tolist()):
         alone = graphs.laplacian_eigenvectors(rings.adjacency[b, :n, :n], 3)[0]
-        torch.testing.assert_close(eig[b, :n], alone.float())
+        torch.testing.assert_close(eig[b, :n], alone.float() * n**0.5)  # entries of order 1, not 1/sqrt(n)
+        torch.testing.assert_close(eig[b, :n].square().mean(0), torch.ones(3))
         assert not eig[b, n:].any()
         assert torch.equal(dist[b, :n, :n], graphs.shortest_path_distances(rings.adjacency[b, :n, :n]))
     assert torch.equal(dist, graphs.shortest_path_distances(rings.adjacency))

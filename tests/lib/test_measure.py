@@ -30,6 +30,28 @@ def test_time_fn_times_every_repeat_after_the_warmup():
     assert "median" in repr(timing)
 
 
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="the thread's CPU time is a CPU clock")
+def test_the_thread_clock_counts_the_work_on_one_thread_not_the_waiting():
+    threads_seen = []
+
+    def wait():  # sleeping takes wall time but no CPU time
+        threads_seen.append(torch.get_num_threads())
+        time.sleep(0.05)
+
+    before = torch.get_num_threads()
+    wall = measure.time_fn(wait, repeats=2, warmup=0)
+    thread = measure.time_fn(wait, repeats=2, warmup=0, clock="thread")
+    assert wall.clock == "wall" and thread.clock == "thread"
+    assert wall.best >= 0.05 and thread.best < 0.01
+    assert threads_seen[2:] == [1, 1] and torch.get_num_threads() == before
+
+    def work():
+        return sum(i * i for i in range(200_000))
+
+    busy = measure.time_fn(work, repeats=3, warmup=0, clock="thread")
+    assert busy.best > 0.001 and "clock='thread'" in repr(busy)
+
+
 def test_time_fn_bad_input():
     with pytest.raises(TypeError, match="fn must be a function of no arguments"):
         measure.time_fn(3)
@@ -39,6 +61,8 @@ def test_time_fn_bad_input():
         measure.time_fn(lambda: None, warmup=-1)
     with pytest.raises(ValueError, match="device must name a device"):
         measure.time_fn(lambda: None, device="gpu please")
+    with pytest.raises(ValueError, match="clock must be one of 'wall', 'thread', got 'cpu'"):
+        measure.time_fn(lambda: None, clock="cpu")
 
 
 # --- memory -------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """attnbook.train: seeding, device choice, the progress bar and the training loop."""
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -63,6 +64,18 @@ def test_fit_learns_a_linear_map_and_records_history():
     assert history.evals["mse"][-1] < 1e-3 < history.loss[0]
     torch.testing.assert_close(model.weight.data[0], torch.tensor([1.5, -2.0, 0.5]), atol=0.02, rtol=0)
     assert len(history.smoothed_loss(10)) == 300 and history.seconds > 0 and not history.diverged
+    assert history.cpu_seconds > 0
+
+
+def test_fit_counts_processor_time_apart_from_waiting():
+    model = torch.nn.Linear(1, 1)
+
+    def loss_fn(m, batch):  # a step that waits: wall-clock time, no processor time
+        time.sleep(0.02)
+        return m(batch).pow(2).mean()
+
+    history = train.fit(model, lambda step: torch.ones(4, 1), loss_fn, steps=5, quiet=True)
+    assert history.seconds >= 0.1 and history.cpu_seconds < history.seconds / 2
 
 
 def test_fit_schedule_and_clipping_and_divergence():
