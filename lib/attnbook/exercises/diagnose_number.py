@@ -93,7 +93,7 @@ def number(
 
 def _factor_meaning(k: int) -> str:
     return {
-        2: " (a multiply-add counts as 2 operations; or a term counted twice)",
-        8: " (8 bits make a byte)",
-        1024: " (1024, not 1000, between KiB, MiB and GiB)",
+        2: " (for instance a multiply-add, which counts as 2 operations, or a term counted twice)",
+        8: " (for instance bits for bytes, or a count of 8 used twice or left out)",
+        1024: " (for instance 1024, not 1000, between KiB, MiB and GiB)",
     }.get(k, "")
