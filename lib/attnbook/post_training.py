@@ -1,0 +1,340 @@
+"""The chapter's experiments in post-training, shared by its pages and its benchmark: instruction tuning of
+the lab's GPT, preference pairs and DPO, and GRPO with a reward a program computes.
+
+Each recipe is a frozen dataclass; each ``train_*`` function trains in place and returns its history. The
+methods themselves are in :mod:`attnbook.chat` (template, loss mask, generation), :mod:`attnbook.preference`
+(DPO) and :mod:`attnbook.grpo` (group advantages, the clipped objective).
+
+Chapter: from a model of text to an assistant (17).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import _checks, chat, grpo, preference
+from .data.instructions import SEEN_KINDS, Instruction, instructions
+from .data.files import packaged_dir
+from .interpret import load_lab_gpt
+from .models import GPT, TransformerConfig
+from .train import cosine_schedule, progress, seed_everything
+
+__all__ = [
+    "SFTRecipe",
+    "DPORecipe",
+    "GRPORecipe",
+    "base_model",
+    "train_sft",
+    "evaluate",
+    "preference_pairs",
+    "train_dpo",
+    "exact_reward",
+    "contains_reward",
+    "train_grpo",
+    "save_assistant",
+    "load_assistant",
+    "ASSISTANT",
+]
+
+ASSISTANT = "assistant/sft.pt"  # in the package's data folder; written by benchmarks/bench_post_training.py
+ASSISTANT_FORMAT = "attnbook.assistant/1"
+
+
+@dataclass(frozen=True)
+class SFTRecipe:
+    """Instruction tuning: AdamW on batches of fresh instructions, warm-up then cosine decay."""
+
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 2e-3
+    warmup_steps: int = 20
+    mask_prompt: bool = True  # the loss on the answer only
+    template: bool = True  # the chat template (False: the bare prompt, a space, the answer)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DPORecipe:
+    """DPO on fixed pairs: the reference's log-probabilities computed once, AdamW at a constant rate."""
+
+    beta: float = 0.1
+    steps: int = 150
+    batch_size: int = 32
+    lr: float = 5e-4
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GRPORecipe:
+    """GRPO: ``prompts`` prompts per step, ``group`` answers each at temperature 1, ``updates`` gradient steps
+    on each group (Shao et al.'s mu; with 1 the ratio is 1 in value and only its gradient counts)."""
+
+    steps: int = 60
+    prompts: int = 8
+    group: int = 8
+    lr: float = 5e-4
+    clip: float = 0.2
+    beta: float = 0.04
+    max_new_tokens: int = 24
+    updates: int = 2
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def base_model() -> tuple[GPT, chat.ChatTokenizer]:
+    """The lab's GPT (trained on Tiny Shakespeare) with the template's three tokens added, and its tokenizer."""
+    lab, tokenizer = load_lab_gpt()
+    return chat.add_tokens(lab), chat.ChatTokenizer(tokenizer)
+
+
+def train_sft(
+    model: GPT,
+    tokenizer: chat.ChatTokenizer,
+    words: Sequence[str],
+    recipe: SFTRecipe = SFTRecipe(),
+    *,
+    seed: int = 0,
+    kinds: Sequence[str] = SEEN_KINDS,
+    quiet: bool = False,
+) -> list[float]:
+    """Instruction-tune ``model`` in place on fresh instructions about ``words``; returns the loss per step."""
+    seed_everything(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    factor = cosine_schedule(recipe.steps, warmup_steps=recipe.warmup_steps)
+    data = instructions(recipe.steps * recipe.batch_size, words, kinds=kinds, seed=seed)
+    device = next(model.parameters()).device
+    model.train()
+    losses = []
+    for step in progress(range(recipe.steps), desc="instruction tuning", disable=quiet):
+        batch = data[step * recipe.batch_size : (step + 1) * recipe.batch_size]
+        examples = [chat.render(tokenizer, i.prompt, i.answer, template=recipe.template) for i in batch]
+        x, y = chat.sft_batch(examples, mask_prompt=recipe.mask_prompt, pad=tokenizer.end)
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=chat.IGNORE)
+        for group in optimizer.param_groups:
+            group["lr"] = recipe.lr * factor(step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def evaluate(
+    model: GPT, tokenizer: chat.ChatTokenizer, tests: Sequence[Instruction], *, template: bool = True
+) -> dict[str, float]:
+    """Greedy answers to ``tests``: per kind, the share answered exactly (``exact``), the share whose answer
+    starts with the right one (``starts right``) and the share that ended with <|end|> (``stopped``)."""
+    answers = chat.answer(model, tokenizer, [t.prompt for t in tests], template=template, keep_end=True)
+    out: dict[str, dict[str, list[float]]] = {}
+    for t, a in zip(tests, answers):
+        stopped = bool(a) and a[-1] == tokenizer.end
+        text = tokenizer.decode(a[:-1] if stopped else a)
+        scores = out.setdefault(t.kind, {"exact": [], "starts right": [], "stopped": []})
+        scores["exact"].append(float(stopped and text == t.answer) if template else float(text == t.answer))
+        scores["starts right"].append(float(text.startswith(t.answer)))
+        scores["stopped"].append(float(stopped))
+    return {f"{kind} {name}": sum(v) / len(v) for kind, s in out.items() for name, v in s.items()}
+
+
+# --- preference pairs and DPO ----------------------------------------------------------------------------------
+
+
+def preference_pairs(
+    model: GPT,
+    tokenizer: chat.ChatTokenizer,
+    tests: Sequence[Instruction],
+    *,
+    samples: int = 4,
+    generator: torch.Generator | None = None,
+) -> list[tuple[list[int], list[int], list[int]]]:
+    """Pairs (prompt ids, chosen answer ids, rejected answer ids) by the rule: a correct answer is preferred to
+    a wrong one. ``samples`` answers are drawn per prompt at temperature 1; a prompt with no correct or no
+    wrong answer among them gives no pair. Answers keep their closing <|end|>."""
+    prompts = [t.prompt for t in tests for _ in range(samples)]
+    answers = chat.answer(model, tokenizer, prompts, temperature=1.0, keep_end=True, generator=generator)
+    pairs = []
+    for i, t in enumerate(tests):
+        group = answers[i * samples : (i + 1) * samples]
+        right = [a for a in group if a and a[-1] == tokenizer.end and tokenizer.decode(a[:-1]) == t.answer]
+        wrong = [a for a in group if not (a and a[-1] == tokenizer.end and tokenizer.decode(a[:-1]) == t.answer)]
+        if right and wrong:
+            pairs.append((chat.render(tokenizer, t.prompt)[0], right[0], wrong[0]))
+    return pairs
+
+
+def _pair_batch(pairs, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chosen answers then rejected ones, each after its prompt: ids (2B, T), answer mask (2B, T)."""
+    prompts = [p for p, _, _ in pairs] * 2
+    answers = [c for _, c, _ in pairs] + [r for _, _, r in pairs]
+    return chat.pad_answers(prompts, answers, pad=pad)
+
+
+@torch.no_grad()
+def pair_logps(model: GPT, pairs, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(chosen | prompt) and log pi(rejected | prompt) for every pair: two (B,) tensors."""
+    ids, mask = _pair_batch(pairs, pad)
+    logps = chat.sequence_logprobs(model.eval(), ids, mask)  # (2B,)
+    return logps[: len(pairs)], logps[len(pairs) :]
+
+
+def train_dpo(
+    policy: GPT,
+    reference: GPT,
+    pairs: Sequence[tuple[list[int], list[int], list[int]]],
+    recipe: DPORecipe = DPORecipe(),
+    *,
+    pad: int = 0,
+    seed: int = 0,
+    evaluate_every: int = 0,
+    evaluate: Callable[[GPT], dict[str, float]] | None = None,
+    quiet: bool = False,
+) -> list[dict[str, float]]:
+    """DPO: train ``policy`` in place on ``pairs`` against the frozen ``reference``; per step the loss, the
+    implicit reward margin and the share of pairs it ranks right."""
+    seed_everything(seed)
+    ref_chosen, ref_rejected = pair_logps(reference, pairs, pad)  # the frozen reference: computed once
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=recipe.lr, weight_decay=0.0)
+    order = random.Random(seed)
+    history = []
+    for step in progress(range(recipe.steps), desc=f"DPO, beta {recipe.beta:g}", disable=quiet):
+        index = order.sample(range(len(pairs)), min(recipe.batch_size, len(pairs)))
+        ids, mask = _pair_batch([pairs[i] for i in index], pad)
+        policy.train()
+        logps = chat.sequence_logprobs(policy, ids, mask)  # (2B,)
+        chosen, rejected = logps[: len(index)], logps[len(index) :]
+        loss = preference.dpo_loss(chosen, rejected, ref_chosen[index], ref_rejected[index], recipe.beta)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            margin = preference.implicit_reward(chosen, ref_chosen[index], recipe.beta) - preference.implicit_reward(
+                rejected, ref_rejected[index], recipe.beta
+            )
+        row = {"step": step + 1, "loss": loss.item(), "margin": margin.mean().item(), "ranked right": (margin > 0).float().mean().item()}
+        if evaluate is not None and evaluate_every and (step + 1) % evaluate_every == 0:
+            row.update(evaluate(policy.eval()))
+        history.append(row)
+    policy.eval()
+    return history
+
+
+# --- GRPO ------------------------------------------------------------------------------------------------------
+
+
+def exact_reward(answer: str, expected: str) -> float:
+    """1 when the answer is exactly the expected one, else 0: the verifier."""
+    return float(answer == expected)
+
+
+def contains_reward(answer: str, expected: str) -> float:
+    """1 when the expected answer appears anywhere in the answer: a lazy verifier, and a gameable one."""
+    return float(expected in answer)
+
+
+def train_grpo(
+    policy: GPT,
+    reference: GPT,
+    tokenizer: chat.ChatTokenizer,
+    prompts: Callable[[int], Sequence[Instruction]],
+    reward: Callable[[str, str], float] = exact_reward,
+    recipe: GRPORecipe = GRPORecipe(),
+    *,
+    seed: int = 0,
+    quiet: bool = False,
+) -> list[dict[str, float]]:
+    """GRPO: train ``policy`` in place; ``prompts(step)`` gives the step's instructions. Per step: the mean
+    reward of the groups, the mean answer length, the KL from the reference and the loss."""
+    seed_everything(seed)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=recipe.lr, weight_decay=0.0)
+    reference.eval()
+    history = []
+    for step in progress(range(recipe.steps), desc="GRPO", disable=quiet):
+        tests = list(prompts(step))[: recipe.prompts]
+        starts = [chat.render(tokenizer, t.prompt)[0] for t in tests for _ in range(recipe.group)]
+        answers = chat.answer(
+            policy, tokenizer, [t.prompt for t in tests for _ in range(recipe.group)], temperature=1.0,
+            keep_end=True, max_new_tokens=recipe.max_new_tokens, generator=generator,
+        )  # fmt: skip
+        texts = [tokenizer.decode(a[:-1] if a and a[-1] == tokenizer.end else a) for a in answers]
+        expected = [t.answer for t in tests for _ in range(recipe.group)]
+        rewards = torch.tensor([reward(a, e) for a, e in zip(texts, expected)]).view(len(tests), recipe.group)
+        advantages = grpo.group_advantages(rewards).flatten()  # (N,)
+        ids, mask = chat.pad_answers(starts, [a or [tokenizer.end] for a in answers], pad=tokenizer.end)
+        with torch.no_grad():
+            ref = chat.token_logprobs(reference, ids)  # (N, T)
+        policy.train()
+        old = None
+        for _ in range(recipe.updates):  # mu updates on one group; the first one has ratio 1
+            logps = chat.token_logprobs(policy, ids)  # (N, T)
+            old = logps.detach() if old is None else old  # the policy that sampled the group
+            loss = grpo.grpo_loss(logps, old, ref, advantages, mask, clip=recipe.clip, beta=recipe.beta)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            kl = ((grpo.kl_per_token(old, ref) * mask).sum(-1)).mean()  # per answer, summed over its tokens
+        history.append(
+            {
+                "step": step + 1,
+                "reward": rewards.mean().item(),
+                "length": sum(len(t) for t in texts) / len(texts),
+                "kl": kl.item(),
+                "loss": loss.item(),
+            }
+        )
+    policy.eval()
+    return history
+
+
+# --- the assistant the library ships ---------------------------------------------------------------------------
+
+
+def save_assistant(model: GPT, path, *, recipe: SFTRecipe, seed: int, results: dict) -> None:
+    """Write ``model`` in float16 with its configuration, its recipe and what it scored."""
+    torch.save(
+        {
+            "format": ASSISTANT_FORMAT,
+            "model": {k: v.half() for k, v in model.state_dict().items()},
+            "model_config": model.config.to_dict(),
+            "recipe": recipe.to_dict(),
+            "seed": seed,
+            "results": results,
+        },
+        path,
+    )
+
+
+def load_assistant(path=None) -> tuple[GPT, chat.ChatTokenizer, dict]:
+    """The instruction-tuned lab GPT the book ships (eval mode, float32), its tokenizer and what it was saved
+    with (recipe, seed, results)."""
+    path = packaged_dir() / ASSISTANT if path is None else _checks.file("path", path)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(saved, dict) or saved.get("format") != ASSISTANT_FORMAT:
+        raise ValueError(f"path {str(path)!r} is not a saved assistant (format {ASSISTANT_FORMAT!r})")
+    model = GPT(TransformerConfig(**saved["model_config"]))
+    model.load_state_dict({k: v.float() for k, v in saved["model"].items()})
+    _, tokenizer = load_lab_gpt()
+    info = {k: saved[k] for k in ("recipe", "seed", "results")}
+    return model.eval(), chat.ChatTokenizer(tokenizer), info
+
+
+def frozen_copy(model: GPT) -> GPT:
+    """A copy of ``model`` that no optimiser will change: the reference of DPO and GRPO."""
+    reference = copy.deepcopy(model).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
