@@ -197,9 +197,10 @@ def answer(
     keep_end: bool = False,
     generator: torch.Generator | None = None,
 ) -> list[list[int]]:
-    """The model's answer to each prompt: the ids it generates until ``<|end|>`` (kept with
-    ``keep_end``, to score the decision to stop) or ``max_new_tokens``. ``temperature=0`` is greedy decoding; ``template=False`` gives the bare prompt and a
-    space (a model tuned without the template: nothing tells it where to stop).
+    """The model's answer to each prompt: the ids it generates until ``<|end|>`` (kept with ``keep_end``,
+    to score the decision to stop) or ``max_new_tokens``. ``temperature=0`` is greedy decoding;
+    ``template=False`` gives the bare prompt and a space (a model tuned without the template: nothing tells
+    it where to stop).
 
     Prompts of one length run as one batch.
     """

@@ -87,7 +87,9 @@ def grpo_loss(
 def _check_advantages(rewards, eps, **_) -> None:
     _checks.tensor("rewards", rewards, ndim=2, floating=True)
     if rewards.shape[1] < 2:
-        raise ValueError(f"rewards must have at least 2 answers per group, (B, G >= 2), got {_checks.shape_str(rewards.shape)}")
+        raise ValueError(
+            f"rewards must have at least 2 answers per group, (B, G >= 2), got {_checks.shape_str(rewards.shape)}"
+        )
     _checks.positive_float("eps", eps, allow_zero=True)
 
 
@@ -99,10 +101,14 @@ def _check_grpo(logps, old_logps, ref_logps, advantages, mask, clip, beta, **_) 
     _checks.tensor("mask", mask, ndim=2, dtype=torch.bool)
     for name, x in [*named[1:], ("mask", mask)]:
         if x.shape != logps.shape:
-            raise ValueError(f"{name} must have the shape of logps {_checks.shape_str(logps.shape)}, got {_checks.shape_str(x.shape)}")
+            raise ValueError(
+                f"{name} must have the shape of logps {_checks.shape_str(logps.shape)}, "
+                f"got {_checks.shape_str(x.shape)}"
+            )
     if advantages.shape[0] != logps.shape[0]:
         raise ValueError(
-            f"advantages must have one value per answer, (N,) = ({logps.shape[0]},), got {_checks.shape_str(advantages.shape)}"
+            f"advantages must have one value per answer, (N,) = ({logps.shape[0]},), "
+            f"got {_checks.shape_str(advantages.shape)}"
         )
     _checks.positive_float("clip", clip)
     _checks.positive_float("beta", beta, allow_zero=True)

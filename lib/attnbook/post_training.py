@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks, chat, grpo, preference
-from .data.instructions import SEEN_KINDS, Instruction, instructions
 from .data.files import packaged_dir
+from .data.instructions import SEEN_KINDS, Instruction, instructions
 from .interpret import load_lab_gpt
 from .models import GPT, TransformerConfig
 from .train import cosine_schedule, progress, seed_everything
@@ -223,7 +223,12 @@ def train_dpo(
             margin = preference.implicit_reward(chosen, ref_chosen[index], recipe.beta) - preference.implicit_reward(
                 rejected, ref_rejected[index], recipe.beta
             )
-        row = {"step": step + 1, "loss": loss.item(), "margin": margin.mean().item(), "ranked right": (margin > 0).float().mean().item()}
+        row = {
+            "step": step + 1,
+            "loss": loss.item(),
+            "margin": margin.mean().item(),
+            "ranked right": (margin > 0).float().mean().item(),
+        }
         if evaluate is not None and evaluate_every and (step + 1) % evaluate_every == 0:
             row.update(evaluate(policy.eval()))
         history.append(row)

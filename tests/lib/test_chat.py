@@ -37,7 +37,11 @@ def test_sft_targets_are_the_answer_only_and_padding_is_ignored(tokenizer):
     ids0 = torch.tensor(examples[0][0])
     assert torch.equal(x[0], ids0[:-1])
     assert y[0].tolist() == [-100] * 4 + ids0[5:].tolist()  # predicting c and <|end|> only
-    assert y[1].tolist() == [-100] * 3 + [*tokenizer.encode("c"), tokenizer.end, -100]  # the second example is shorter: padded
+    assert y[1].tolist() == [-100] * 3 + [
+        *tokenizer.encode("c"),
+        tokenizer.end,
+        -100,
+    ]  # the second example is shorter: padded
     _, y_all = chat.sft_batch(examples, mask_prompt=False, pad=tokenizer.end)
     assert torch.equal(y_all[0], ids0[1:]) and y_all[1, -1] == -100  # every token but the padding
 

@@ -49,7 +49,9 @@ KINDS: dict[str, _Kind] = {
     "reverse": _Kind(("reverse {w}", "{w} backwards", "spell {w} back to front"), (1, 1), lambda w, i: w[0][::-1]),
     "capitals": _Kind(("capitals: {w}", "shout {w}", "{w} in upper case"), (1, 1), lambda w, i: w[0].upper()),
     "nth word": _Kind(("{o} word of: {ws}", "the {o} word: {ws}", "which word is {o}: {ws}"), (3, 4), _nth),
-    "count": _Kind(("how many words: {ws}", "count: {ws}", "number of words in: {ws}"), (1, 4), lambda w, i: NUMBERS[len(w) - 1]),
+    "count": _Kind(
+        ("how many words: {ws}", "count: {ws}", "number of words in: {ws}"), (1, 4), lambda w, i: NUMBERS[len(w) - 1]
+    ),
     "repeat": _Kind(("repeat: {ws}", "say again: {ws}", "echo: {ws}"), (2, 3), lambda w, i: " ".join(w)),
     # never in training: what does a model do with an instruction of a kind it has not seen?
     "initials": _Kind(("the first letters of: {ws}",) * 2, (2, 4), lambda w, i: "".join(x[0] for x in w)),
