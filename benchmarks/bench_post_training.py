@@ -1,0 +1,373 @@
+"""From a model of text to an assistant: the seeds and the longer runs behind the chapter's numbers, and the
+instruction-tuned lab GPT the library ships.
+
+Part 1, instruction tuning (``sft``). The chapter's recipe (``post_training.SFTRecipe()``) from the lab's GPT
+on three seeds, and two variants of it on the same seeds: without the loss mask (the loss on every token of
+the turn) and without the template (the bare instruction, a space, the answer). Each model is tested on the
+chapter's three test sets (``post_training.evaluation_sets``): exact-match, "starts with the answer" and
+"ends the turn", per kind. Seed 0 of the recipe is written in float16 to
+``lib/attnbook/data_files/assistant/sft.pt`` (``post_training.load_assistant``); one longer run (seed 0) shows
+what more steps change.
+
+Part 2, DPO (``dpo``). From the shipped assistant: preference pairs by the rule "a right answer beats a wrong
+one" from four answers sampled per training prompt (reversing a word), then DPO at three betas on three
+seeds. For each run, on held-out words: the win rate against the reference, the implicit reward margin on
+held-out pairs, the KL from the reference, and greedy exact-match on reversing and on every kind.
+
+Part 3, GRPO (``grpo``). From the shipped assistant, on reversing a word: the exact-match reward on three
+seeds (the reward curve, exact-match before and after), and a gameable reward that checks only the answer's
+first letter, without and with a KL penalty, on the same seeds (the proxy reward, the true exact-match, the
+answer length).
+
+    python benchmarks/bench_post_training.py              # every part: results/post_training.json, the checkpoint
+    python benchmarks/bench_post_training.py --part dpo   # one part (the others' results are kept)
+    python benchmarks/bench_post_training.py --smoke      # a few steps of everything, nothing written
+
+Writes benchmarks/results/post_training.json, the assistant's checkpoint and the bench_post_training section of
+benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
+from attnbook import chat, data, post_training
+from attnbook.data import instructions as tasks
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "post_training.json"
+CHECKPOINT = data.packaged_dir() / post_training.ASSISTANT
+START, END = "<!-- bench_post_training:start -->", "<!-- bench_post_training:end -->"
+SEEDS = [0, 1, 2]
+LONG_STEPS = 1200
+VARIANTS = {
+    "full": {},
+    "no loss mask": {"mask_prompt": False},
+    "no template": {"template": False},
+}
+TASK = "reverse"  # the kind DPO and GRPO work on
+BETAS = [0.01, 0.1, 1.0]
+DPO_PROMPTS, DPO_SAMPLES = 400, 4
+GRPO_RUNS = {  # name: (reward, KL coefficient beta)
+    "exact, beta 0.04": ("exact", 0.04),
+    "first letter, beta 0": ("first letter", 0.0),
+    "first letter, beta 0.5": ("first letter", 0.5),
+}
+
+
+def dpo_data(model, tok, words, test_words):
+    """The chapter's pairs: training prompts (seed 10, samples seed 0) and held-out ones (seed 11, samples seed 1)."""
+    train = tasks.instructions(DPO_PROMPTS, words, kinds=[TASK], seed=10)
+    held = tasks.instructions(200, test_words, kinds=[TASK], seed=11)
+    pairs = post_training.preference_pairs(
+        model, tok, train, samples=DPO_SAMPLES, generator=torch.Generator().manual_seed(0)
+    )
+    held_pairs = post_training.preference_pairs(
+        model, tok, held, samples=DPO_SAMPLES, generator=torch.Generator().manual_seed(1)
+    )
+    return pairs, held, held_pairs
+
+
+def dpo_measures(policy, reference, tok, held, held_pairs, tests, beta) -> dict:
+    """What the chapter reports for a DPO run (the same generators as the page)."""
+    pc, pr = post_training.pair_logps(policy, held_pairs, tok.end)
+    rc, rr = post_training.pair_logps(reference, held_pairs, tok.end)
+    return {
+        "win_rate": post_training.win_rate(policy, reference, tok, held, generator=torch.Generator().manual_seed(5)),
+        "margin": (beta * ((pc - rc) - (pr - rr))).mean().item(),
+        "chosen_logratio": (pc - rc).mean().item(),
+        "rejected_logratio": (pr - rr).mean().item(),
+        "kl": post_training.kl_from_reference(policy, reference, tok, held, generator=torch.Generator().manual_seed(6)),
+        "accuracy": post_training.accuracy(policy, tok, held),
+        "all_kinds": post_training.accuracy(policy, tok, tests["held-out words"]),
+    }
+
+
+def grpo_prompts(words, steps, recipe):
+    pool = tasks.instructions(steps * recipe.prompts, words, kinds=[TASK], seed=20)
+    return lambda step: pool[step * recipe.prompts : (step + 1) * recipe.prompts]
+
+
+def run_sft(smoke: bool, variants=tuple(VARIANTS)) -> dict:
+    words, test_words = tasks.instruction_words()
+    tests = post_training.evaluation_sets(test_words)
+    if smoke:
+        tests = {k: v[:20] for k, v in tests.items()}
+    recipe = post_training.SFTRecipe()
+    runs = []
+    shipped = None
+    for name, change in VARIANTS.items():
+        if name not in variants:
+            continue
+        for seed in SEEDS[:1] if smoke else SEEDS:
+            r = dataclasses.replace(recipe, **change, steps=5 if smoke else recipe.steps)
+            model, tok = post_training.base_model()
+            start = time.perf_counter()
+            losses = post_training.train_sft(model, tok, words, r, seed=seed, quiet=True)
+            seconds = time.perf_counter() - start
+            results = {k: post_training.evaluate(model, tok, v, template=r.template) for k, v in tests.items()}
+            runs.append(
+                {"variant": name, "seed": seed, "train_seconds": seconds, "loss": losses[::10], "results": results}
+            )
+            print(f"sft {name} seed {seed}: {seconds:.0f} s", flush=True)
+            if name == "full" and seed == 0 and not smoke:
+                before = None
+                if CHECKPOINT.exists():
+                    old, _, _ = post_training.load_assistant()
+                    new = {k: v.half().float() for k, v in model.state_dict().items()}
+                    before = max((new[k] - v).abs().max().item() for k, v in old.state_dict().items())
+                CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
+                post_training.save_assistant(model, CHECKPOINT, recipe=recipe, seed=0, results=results)
+                shipped = {"file": str(CHECKPOINT.relative_to(HERE.parent)), "bytes": CHECKPOINT.stat().st_size,
+                           "largest_weight_difference_from_the_file_that_was_there": before}  # fmt: skip
+    out = {"recipe": recipe.to_dict(), "seeds": SEEDS, "runs": runs}
+    if shipped is not None:
+        out["shipped"] = shipped
+    if "full" in variants:
+        long_recipe = dataclasses.replace(recipe, steps=10 if smoke else LONG_STEPS)
+        model, tok = post_training.base_model()
+        start = time.perf_counter()
+        post_training.train_sft(model, tok, words, long_recipe, seed=0, quiet=True)
+        out["long"] = {
+            "steps": long_recipe.steps,
+            "train_seconds": time.perf_counter() - start,
+            "results": {k: post_training.evaluate(model, tok, v) for k, v in tests.items()},
+        }
+    return out
+
+
+def merge(result: dict, part: str, new: dict) -> None:
+    """Put a part's results into ``result``; the runs of variants (or GRPO runs) not run again are kept."""
+    if part == "dpo" or part not in result:
+        result[part] = new
+        return
+    key, order = ("variant", list(VARIANTS)) if part == "sft" else ("run", list(GRPO_RUNS))
+    ran = {r[key] for r in new["runs"]}
+    old = result[part]
+    old["runs"] = [r for r in old["runs"] if r[key] not in ran] + new["runs"]
+    old["runs"].sort(key=lambda r: (order.index(r[key]), r["seed"]))
+    old.update({k: v for k, v in new.items() if k != "runs"})
+
+
+def run_dpo(smoke: bool) -> dict:
+    words, test_words = tasks.instruction_words()
+    tests = post_training.evaluation_sets(test_words)
+    reference, tok, _ = post_training.load_assistant()
+    pairs, held, held_pairs = dpo_data(reference, tok, words, test_words)
+    if smoke:
+        held, tests = held[:20], {k: v[:20] for k, v in tests.items()}
+    runs = [{"beta": None, "seed": None, **dpo_measures(reference, reference, tok, held, held_pairs, tests, 1.0)}]
+    for beta in BETAS:
+        for seed in SEEDS[:1] if smoke else SEEDS:
+            recipe = post_training.DPORecipe(beta=beta, steps=3 if smoke else post_training.DPORecipe().steps)
+            policy = post_training.frozen_copy(reference).requires_grad_(True)
+            start = time.perf_counter()
+            history = post_training.train_dpo(policy, reference, pairs, recipe, pad=tok.end, seed=seed, quiet=True)
+            seconds = time.perf_counter() - start
+            measures = dpo_measures(policy, reference, tok, held, held_pairs, tests, beta)
+            runs.append({"beta": beta, "seed": seed, "train_seconds": seconds, "history": history[::10], **measures})
+            print(f"dpo beta {beta} seed {seed}: {seconds:.0f} s {measures}", flush=True)
+    return {"recipe": post_training.DPORecipe().to_dict(), "task": TASK, "pairs": len(pairs),
+            "held_out_pairs": len(held_pairs), "prompts": DPO_PROMPTS, "samples": DPO_SAMPLES,
+            "runs": runs}  # fmt: skip
+
+
+def run_grpo(smoke: bool, names=tuple(GRPO_RUNS)) -> dict:
+    words, test_words = tasks.instruction_words()
+    held = tasks.instructions(200, test_words, kinds=[TASK], seed=11)
+    if smoke:
+        held = held[:20]
+    rewards = {"exact": post_training.exact_reward, "first letter": post_training.first_letter_reward}
+    runs = []
+    for name, (reward, beta) in GRPO_RUNS.items():
+        if name not in names:
+            continue
+        for seed in SEEDS[:1] if smoke else SEEDS:
+            policy, tok, _ = post_training.load_assistant()
+            reference = post_training.frozen_copy(policy)
+            recipe = post_training.GRPORecipe(beta=beta, steps=2 if smoke else post_training.GRPORecipe().steps)
+            before = post_training.accuracy(policy, tok, held)
+            start = time.perf_counter()
+            history = post_training.train_grpo(
+                policy, reference, tok, grpo_prompts(words, recipe.steps, recipe), rewards[reward], recipe,
+                seed=seed, quiet=True,
+            )  # fmt: skip
+            seconds = time.perf_counter() - start
+            answers = chat.answer(policy, tok, [t.prompt for t in held])
+            texts = [tok.decode(a) for a in answers]
+            runs.append({
+                "run": name, "reward": reward, "beta": beta, "seed": seed, "train_seconds": seconds,
+                "history": history, "accuracy_before": before,
+                "accuracy_after": post_training.accuracy(policy, tok, held),
+                "proxy_after": sum(rewards[reward](a, t.answer) for a, t in zip(texts, held)) / len(held),
+                "length_after": sum(len(a) for a in texts) / len(texts),
+                "examples": [[t.prompt, t.answer, a] for t, a in zip(held[:6], texts)],
+            })  # fmt: skip
+            print(
+                f"grpo {name} seed {seed}: {seconds:.0f} s, {before:.2f} -> {runs[-1]['accuracy_after']:.2f}",
+                flush=True,
+            )
+    return {"recipe": post_training.GRPORecipe().to_dict(), "task": TASK, "runs": runs}
+
+
+def spread(values, fmt="{:.0%}") -> str:
+    values = [v for v in values if v is not None]
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.mean(values))} ({fmt.format(min(values))} to {fmt.format(max(values))})"
+
+
+def markdown(result: dict) -> str:
+    rows = []
+    sft = result.get("sft")
+    kinds = list(tasks.SEEN_KINDS)
+    if sft:
+        rows += [
+            f"Instruction tuning: {sft['recipe']['steps']} steps, seeds {', '.join(map(str, sft['seeds']))}; "
+            "exact-match on held-out words, mean over the five kinds (mean over seeds, lowest to highest).",
+            "",
+            "| variant | exact-match | starts with the answer | ends the turn | held-out phrasing | unseen kinds | "
+            "training time (s) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name in VARIANTS:
+            runs = [r for r in sft["runs"] if r["variant"] == name]
+
+            def mean_of(r, metric, where="held-out words", names=kinds):
+                return statistics.mean(r["results"][where][f"{k} {metric}"] for k in names)
+
+            rows.append(
+                f"| {name} | {spread([mean_of(r, 'exact') for r in runs])} | "
+                f"{spread([mean_of(r, 'starts right') for r in runs])} | "
+                f"{spread([mean_of(r, 'stopped') for r in runs])} | "
+                f"{spread([mean_of(r, 'exact', 'held-out phrasings') for r in runs])} | "
+                f"{spread([mean_of(r, 'exact', 'unseen kinds', tasks.UNSEEN_KINDS) for r in runs])} | "
+                f"{spread([r['train_seconds'] for r in runs], '{:.0f}')} |"
+            )
+        long = sft["long"]["results"]["held-out words"]
+        rows += ["", f"Per kind, recipe (seed 0) and {sft['long']['steps']} steps (seed 0):", "",
+                 "| kind | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]  # fmt: skip
+        seed0 = next(r for r in sft["runs"] if r["variant"] == "full" and r["seed"] == 0)["results"]["held-out words"]
+        rows.append(
+            f"| {sft['recipe']['steps']} steps | " + " | ".join(f"{seed0[f'{k} exact']:.0%}" for k in kinds) + " |"
+        )
+        rows.append(
+            f"| {sft['long']['steps']} steps | " + " | ".join(f"{long[f'{k} exact']:.0%}" for k in kinds) + " |"
+        )
+        if "shipped" in sft:
+            s = sft["shipped"]
+            rows += ["", f"Shipped: `{s['file']}` ({s['bytes']:,} bytes); largest weight difference from the file that "
+                     f"was there: {s['largest_weight_difference_from_the_file_that_was_there']}."]  # fmt: skip
+    dpo = result.get("dpo")
+    if dpo:
+        rows += [
+            "",
+            f"DPO on {dpo['pairs']} pairs ({dpo['task']}; {dpo['prompts']} prompts, {dpo['samples']} samples each), "
+            f"{dpo['recipe']['steps']} steps; held-out words, mean (lowest to highest) over seeds:",
+            "",
+            "| beta | win rate | reward margin | KL (nats) | exact-match, reverse | exact-match, every kind |",
+            "|---|---|---|---|---|---|",
+        ]
+        ref = dpo["runs"][0]
+        rows.append(f"| reference | 50% | 0 | 0 | {ref['accuracy']:.0%} | {ref['all_kinds']:.0%} |")
+        for beta in BETAS:
+            runs = [r for r in dpo["runs"] if r["beta"] == beta]
+            rows.append(
+                f"| {beta} | {spread([r['win_rate'] for r in runs])} | "
+                f"{spread([r['margin'] for r in runs], '{:.2f}')} | "
+                f"{spread([r['kl'] for r in runs], '{:.2f}')} | {spread([r['accuracy'] for r in runs])} | "
+                f"{spread([r['all_kinds'] for r in runs])} |"
+            )
+    grpo = result.get("grpo")
+    if grpo:
+        rows += [
+            "",
+            f"GRPO on {grpo['task']}, {grpo['recipe']['steps']} steps of {grpo['recipe']['prompts']} prompts x "
+            f"{grpo['recipe']['group']} answers; held-out words, mean (lowest to highest) over seeds:",
+            "",
+            "| run | reward, first 10 steps | reward, last 10 steps | exact-match before | exact-match after | "
+            "answer length after | training time (s) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name in GRPO_RUNS:
+            runs = [r for r in grpo["runs"] if r["run"] == name]
+            first = [statistics.mean(h["reward"] for h in r["history"][:10]) for r in runs]
+            last = [statistics.mean(h["reward"] for h in r["history"][-10:]) for r in runs]
+            rows.append(
+                f"| {name} | {spread(first)} | {spread(last)} | {spread([r['accuracy_before'] for r in runs])} | "
+                f"{spread([r['accuracy_after'] for r in runs])} | "
+                f"{spread([r['length_after'] for r in runs], '{:.1f}')} | "
+                f"{spread([r['train_seconds'] for r in runs], '{:.0f}')} |"
+            )
+    m = result["machine"]
+    rows += [
+        "",
+        f"Measured {result['date']} on {m['cpus']} CPUs ({m['processor']}), torch {m['torch']} with "
+        f"{m['threads']} thread(s); load average {m['load_start']} at the start, {m['load_end']} at the end "
+        "(a shared machine: the times are pessimistic).",
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def write_readme(result: dict) -> None:
+    write_section(
+        "bench_post_training",
+        f"{START}\n## From a model of text to an assistant (`bench_post_training.py`)\n\n{markdown(result)}{END}",
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["sft", "dpo", "grpo", "all"], default="all")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--smoke", action="store_true", help="a few steps of everything; nothing is written")
+    parser.add_argument("--variant", choices=list(VARIANTS), action="append", help="instruction tuning: only these")
+    parser.add_argument("--run", choices=list(GRPO_RUNS), action="append", help="GRPO: only these runs")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
+    torch.set_num_threads(args.threads)
+    load_start = loadavg()
+    result = {}
+    for part, run in (("sft", run_sft), ("dpo", run_dpo), ("grpo", run_grpo)):
+        if args.part in (part, "all"):
+            only = {"sft": tuple(args.variant or VARIANTS), "grpo": tuple(args.run or GRPO_RUNS)}
+            new = run(args.smoke, only[part]) if part in only else run(args.smoke)
+            if args.smoke:
+                result[part] = new
+                continue
+            # read the file again just before writing: parts may run at the same time in other processes
+            result = json.loads(args.out.read_text()) if args.out.exists() else {}
+            merge(result, part, new)
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+    result["date"] = time.strftime("%Y-%m-%d %H:%M")
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "processor": cpu_name(),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "load_start": load_start,
+        "load_end": loadavg(),
+    }
+    if args.smoke:
+        print(markdown(result))
+        return 0
+    result = {**json.loads(args.out.read_text()), "date": result["date"], "machine": result["machine"]}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_readme(result)
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
