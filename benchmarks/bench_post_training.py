@@ -55,7 +55,7 @@ VARIANTS = {
     "no template": {"template": False},
 }
 TASK = "reverse"  # the kind DPO and GRPO work on
-BETAS = [0.01, 0.1, 1.0]
+BETAS = [0.01, 0.1, 1.0, 10.0]
 DPO_PROMPTS, DPO_SAMPLES = 400, 4
 GRPO_RUNS = {  # name: (reward, KL coefficient beta)
     "exact, beta 0.04": ("exact", 0.04),
@@ -147,10 +147,14 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS)) -> dict:
 
 def merge(result: dict, part: str, new: dict) -> None:
     """Put a part's results into ``result``; the runs of variants (or GRPO runs) not run again are kept."""
-    if part == "dpo" or part not in result:
+    if part not in result:
         result[part] = new
         return
-    key, order = ("variant", list(VARIANTS)) if part == "sft" else ("run", list(GRPO_RUNS))
+    key, order = {
+        "sft": ("variant", list(VARIANTS)),
+        "grpo": ("run", list(GRPO_RUNS)),
+        "dpo": ("beta", [None, *BETAS]),
+    }[part]
     ran = {r[key] for r in new["runs"]}
     old = result[part]
     old["runs"] = [r for r in old["runs"] if r[key] not in ran] + new["runs"]
@@ -158,7 +162,7 @@ def merge(result: dict, part: str, new: dict) -> None:
     old.update({k: v for k, v in new.items() if k != "runs"})
 
 
-def run_dpo(smoke: bool) -> dict:
+def run_dpo(smoke: bool, betas=tuple(BETAS)) -> dict:
     words, test_words = tasks.instruction_words()
     tests = post_training.evaluation_sets(test_words)
     reference, tok, _ = post_training.load_assistant()
@@ -166,7 +170,7 @@ def run_dpo(smoke: bool) -> dict:
     if smoke:
         held, tests = held[:20], {k: v[:20] for k, v in tests.items()}
     runs = [{"beta": None, "seed": None, **dpo_measures(reference, reference, tok, held, held_pairs, tests, 1.0)}]
-    for beta in BETAS:
+    for beta in betas:
         for seed in SEEDS[:1] if smoke else SEEDS:
             recipe = post_training.DPORecipe(beta=beta, steps=3 if smoke else post_training.DPORecipe().steps)
             policy = post_training.frozen_copy(reference).requires_grad_(True)
@@ -221,6 +225,8 @@ def run_grpo(smoke: bool, names=tuple(GRPO_RUNS)) -> dict:
 
 def spread(values, fmt="{:.0%}") -> str:
     values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
     if len(values) == 1:
         return fmt.format(values[0])
     return f"{fmt.format(statistics.mean(values))} ({fmt.format(min(values))} to {fmt.format(max(values))})"
@@ -241,6 +247,8 @@ def markdown(result: dict) -> str:
         ]
         for name in VARIANTS:
             runs = [r for r in sft["runs"] if r["variant"] == name]
+            if not runs:
+                continue
 
             def mean_of(r, metric, where="held-out words", names=kinds):
                 return statistics.mean(r["results"][where][f"{k} {metric}"] for k in names)
@@ -253,6 +261,7 @@ def markdown(result: dict) -> str:
                 f"{spread([mean_of(r, 'exact', 'unseen kinds', tasks.UNSEEN_KINDS) for r in runs])} | "
                 f"{spread([r['train_seconds'] for r in runs], '{:.0f}')} |"
             )
+    if sft and "long" in sft and any(r["variant"] == "full" and r["seed"] == 0 for r in sft["runs"]):
         long = sft["long"]["results"]["held-out words"]
         rows += ["", f"Per kind, recipe (seed 0) and {sft['long']['steps']} steps (seed 0):", "",
                  "| kind | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]  # fmt: skip
@@ -333,6 +342,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="a few steps of everything; nothing is written")
     parser.add_argument("--variant", choices=list(VARIANTS), action="append", help="instruction tuning: only these")
     parser.add_argument("--run", choices=list(GRPO_RUNS), action="append", help="GRPO: only these runs")
+    parser.add_argument("--beta", type=float, choices=BETAS, action="append", help="DPO: only these betas")
     args = parser.parse_args(argv)
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
     torch.set_num_threads(args.threads)
@@ -340,7 +350,8 @@ def main(argv=None) -> int:
     result = {}
     for part, run in (("sft", run_sft), ("dpo", run_dpo), ("grpo", run_grpo)):
         if args.part in (part, "all"):
-            only = {"sft": tuple(args.variant or VARIANTS), "grpo": tuple(args.run or GRPO_RUNS)}
+            only = {"sft": tuple(args.variant or VARIANTS), "grpo": tuple(args.run or GRPO_RUNS),
+                    "dpo": tuple(args.beta or BETAS)}  # fmt: skip
             new = run(args.smoke, only[part]) if part in only else run(args.smoke)
             if args.smoke:
                 result[part] = new
