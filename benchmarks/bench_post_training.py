@@ -287,7 +287,10 @@ def markdown(result: dict) -> str:
             "|---|---|---|---|---|---|",
         ]
         ref = dpo["runs"][0]
-        rows.append(f"| reference | 50% | 0 | 0 | {ref['accuracy']:.0%} | {ref['all_kinds']:.0%} |")
+        rows.append(
+            f"| reference (against itself) | {ref['win_rate']:.0%} | 0 | 0 | {ref['accuracy']:.0%} | "
+            f"{ref['all_kinds']:.0%} |"
+        )
         for beta in BETAS:
             runs = [r for r in dpo["runs"] if r["beta"] == beta]
             rows.append(
