@@ -36,7 +36,7 @@ NBVAL := $(PY) -m pytest -p attnbook_book.pytest_plugin --nbval-lax --nbval-curr
 LINTED := lib book/_ext tests benchmarks
 
 .PHONY: help setup python-env npm-assets chromium poppler diagrams sync execute html pdf book test test-lib \
-	test-notebooks test-site test-pdf test-gpu test-compat student bench clean lint format check
+	test-mutation test-notebooks test-site test-pdf test-gpu test-compat student bench clean lint format check
 
 help:
 	@echo "The two commands:"
@@ -53,6 +53,7 @@ help:
 	@echo "  make execute html test-site BUILD=_build/one NB=chapters/04_queries_keys_values.ipynb PARTIAL=1"
 	@echo "                 execute, build and check one chapter"
 	@echo "  make test-lib  the library, exercise, grading and book-source tests (no notebooks, no browser)"
+	@echo "  make test-mutation  every exercise's checker against the mutants of its solution, uncached"
 	@echo "  make student   write the chapter notebooks without solutions into $(BUILD)/student"
 	@echo "  make setup     the virtual environment, the JavaScript assets and Chromium"
 	@echo "  make clean     remove $(BUILD)"
@@ -152,10 +153,18 @@ check: lint test-lib
 test-lib: python-env
 	$(PY) -m pytest tests -m "not site and not pdf" -p no:cacheprovider
 
+# Mutation testing of every exercise's checker, without the cache that test-lib's run keeps: the score per
+# exercise and chapter, and the killable mutants still accepted, in $(BUILD)/reports/mutation.{json,md}.
+test-mutation: python-env
+	$(PY) -m attnbook_book.mutation --no-cache --jobs 2 --out $(BUILD)/reports
+
 test-notebooks: execute
 
+# The browser tests two at a time, then Lighthouse's audit of the pages alone: it simulates a slow phone from
+# the CPU time the pages take here, which other work on the machine would inflate.
 test-site: python-env
-	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m site -p no:cacheprovider -n $(JOBS)
+	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m "site and not lighthouse" -p no:cacheprovider -n $(JOBS)
+	ATTNBOOK_HTML=$(BUILD)/html $(PY) -m pytest tests -m lighthouse -p no:cacheprovider
 
 test-pdf: python-env
 	ATTNBOOK_HTML=$(BUILD)/html ATTNBOOK_PDF=$(PDF) $(PY) -m pytest tests -m pdf -p no:cacheprovider

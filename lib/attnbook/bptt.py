@@ -95,7 +95,8 @@ def gradient_norms(cell: Cell, x: torch.Tensor, state: State | None = None, *, p
     can be amplified (or shrunk) on its way back k steps.
 
     ``part`` picks the block for an LSTM: ``"state"`` (all of [h, c]), ``"h"`` (d h_T / d h_{T-k}) or
-    ``"c"`` (d c_T / d c_{T-k}, the path through the cell, the "gradient highway").
+    ``"c"`` (d c_T / d c_{T-k}: every path from c_{T-k} to c_T, through h and the gates too, not only the
+    product of forget gates along the "gradient highway").
 
     Shapes:
         x:      (T, D), one sequence

@@ -1,19 +1,18 @@
 """The built HTML book, opened in headless Chromium (Debian's package, driven by Playwright).
 
-Every page is opened twice. At a laptop's width in light mode: no console errors, no request leaves the
-local server, math is rendered, every image has alt text, every display equation, table and code cell
-(folded or not, in either colour mode) fits the text column, every plotly figure renders in its own
-(desktop) layout with a text alternative written from its data, and moving a slider changes the figure
-and its description; widgets render; every diagram is
-drawn, numbered, captioned and labelled for screen readers. At a phone's width in dark mode: diagrams and
-plots take the dark colours, widgets keep legible text on the theme's light card, every plotly figure keeps
-about two thirds of its width for the plot with no text running into other text or out of the figure. In
-both, axe-core finds no critical or serious WCAG 2.0/2.1 A or AA violation (``attnbook_book.a11y``; no rule
-is disabled). Every Colab link points at a notebook that exists in the repository. No chapter page shows a
-code cell that only glues numbers into the prose.
+Every page is opened twice. At a laptop's width in light mode: no console errors, no request leaves the local
+server, math is typeset (when the book was built) and drawn, every image has alt text, every display equation,
+table and code cell (folded or not, in either colour mode) fits the text column, every plotly figure renders
+in its own (desktop) layout with a text alternative written from its data, and moving a slider changes the
+figure and its description; widgets render; every diagram is drawn, numbered, captioned and labelled for
+screen readers. At a phone's width in dark mode: diagrams and plots take the dark colours, widgets keep
+legible text on the theme's light card, every plotly figure keeps about two thirds of its width for the plot
+with no text running into other text or out of the figure. In both, axe-core finds no critical or serious WCAG
+2.0/2.1 A or AA violation (``attnbook_book.a11y``; no rule is disabled). Every Colab link points at a notebook
+that exists in the repository. No chapter page shows a code cell that only glues numbers into the prose.
 
-The keyboard, the screen-reader texts and the phone layout's undo are tested in test_site_keyboard.py;
-the models in the page in test_site_inpage.py.
+The keyboard, the screen-reader texts and the phone layout's undo are tested in test_site_keyboard.py; the
+models in the page in test_site_inpage.py.
 """
 
 from __future__ import annotations
@@ -63,14 +62,16 @@ def test_page(server, browser, path):
     requested: list[str] = []
     page, errors, outside = open_page(browser, f"{server}/{path}", requested=requested, viewport=LAPTOP)
     try:
-        # Math: every math element is typeset by MathJax, none with an error.
+        # Math: every math element typeset by MathJax when the book was built, none with an error, each
+        # drawn (an SVG with a size, its glyphs on the page) and read to screen readers as MathML.
         n_math = page.locator(".math").count()
         if n_math:
-            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.document")
-            page.evaluate("() => MathJax.startup.promise")
-            rendered = page.locator(".math mjx-container").count()
-            assert rendered >= n_math, f"{path}: {rendered} of {n_math} math elements rendered by MathJax"
-            assert page.locator("mjx-merror").count() == 0, f"{path}: MathJax reported an error"
+            rendered = page.locator(".math mjx-container[jax='SVG'] > svg").count()
+            assert rendered == n_math, f"{path}: {rendered} of {n_math} math elements typeset by MathJax"
+            assert page.locator("[data-mjx-error], mjx-merror").count() == 0, f"{path}: MathJax reported an error"
+            assert page.locator(".math mjx-assistive-mml math").count() == n_math, f"{path}: math without MathML"
+            broken = page.evaluate(MATH_DRAWN)
+            assert broken == [], f"{path}: formulas not drawn or glyphs missing: {broken}"
         # Nothing of the text is cut at the column's edge on a laptop: split a long equation over aligned
         # lines, give a table narrower cells (a phone's width may scroll both sideways).
         wide = page.evaluate(TOO_WIDE)
@@ -104,9 +105,11 @@ def test_page(server, browser, path):
             check_description(path, i, moved)
             assert moved["alt"] != info["alt"], f"{path}: figure {i}'s description did not follow its slider"
 
-        # Widgets: saved widget state is rendered by the local widget manager.
+        # Widgets: saved widget state is rendered by the local widget manager (loaded when a widget comes near
+        # the screen: here at once).
         views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
         if views:
+            page.evaluate("() => attnbookWidgets.load()")
             page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=15_000)
             assert page.locator(".jupyter-widgets").count() >= views
             assert "Error rendering" not in page.content()
@@ -140,6 +143,19 @@ def audit(page, path: str, mode: str) -> None:
 
     found = a11y.blocking(a11y.audit(page))
     assert found == [], f"{path} in {mode} mode: {len(found)} accessibility violations:\n" + "\n".join(found)
+
+
+# Formulas that are not drawn: an SVG of no size, or a glyph it uses that the page does not hold.
+MATH_DRAWN = """() => {
+  const bad = [];
+  document.querySelectorAll('.math mjx-container > svg').forEach((svg, i) => {
+    const box = svg.getBoundingClientRect();
+    const missing = [...svg.querySelectorAll('use')].map(u => u.getAttribute('xlink:href') || u.getAttribute('href'))
+      .filter(h => !document.getElementById(h.slice(1)));
+    if (box.width < 1 || box.height < 1 || missing.length) bad.push([i, Math.round(box.width), missing.slice(0, 3)]);
+  });
+  return bad.slice(0, 10);
+}"""
 
 
 # A plotly figure as the page drew it: its mode, the layout the book changed (nothing on a laptop in light
@@ -212,6 +228,7 @@ def test_page_in_dark_mode_on_a_phone(server, browser, path):
             check_phone_layout(path, i, figure.evaluate(PHONE_LAYOUT))
         if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
             # widgets do not follow the mode: the theme shows them on a light card; their text must stay dark
+            page.evaluate("() => attnbookWidgets.load()")
             page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=15_000)
             colours = page.evaluate("""() => Array.from(document.querySelectorAll('.widget-subarea .widget-label'))
                 .map(e => [getComputedStyle(e).color,

@@ -135,8 +135,6 @@ def test_inpage_loads_nothing_until_in_view_then_answers_within_2_s(lab_page, la
     assert [u for u in requested if INPAGE_ASSETS.search(u)] == [], "the model loaded before it was in view"
 
     def first_use(page, widget):
-        if page.locator(".math").count():  # let the page finish typesetting first: it shares the main thread
-            page.evaluate("() => MathJax.startup.promise")
         start = time.perf_counter()
         widget.root.scroll_into_view_if_needed()
         widget.wait_ready()

@@ -163,6 +163,9 @@ def test_widget_slider_by_keyboard(server, browser):
         'script[type="application/vnd.jupyter.widget-view+json"]', browser, server, viewport=LAPTOP
     )
     try:
+        # the widget manager loads when a widget comes near the screen, as a reader scrolls to it
+        view = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').first
+        view.evaluate("v => v.parentElement.scrollIntoView({block: 'center'})")
         page.locator(".noUi-handle").first.wait_for(state="attached", timeout=15_000)
         handle = page.locator(".noUi-handle").first
         handle.scroll_into_view_if_needed()

@@ -69,12 +69,67 @@ def test_learner_exception_is_reported_with_its_line_not_a_traceback():
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
-def test_arguments_are_copied_between_learner_and_reference():
+def test_an_answer_that_changes_the_callers_tensor_is_rejected_even_when_its_result_is_right():
     def mutating(x):
         x.mul_(2)
         return x
 
-    assert check_function(mutating, exercise="double", reference=reference, cases=CASES)
+    with pytest.raises(ExerciseFailed, match="changed its first argument in place"):
+        check_function(mutating, exercise="double", reference=reference, cases=CASES)
+
+    def in_a_list(xs):
+        xs[0].mul_(2)
+        return xs[0]
+
+    with pytest.raises(ExerciseFailed, match="changed its first argument in place"):
+        check_function(in_a_list, exercise="double", reference=lambda xs: xs[0] * 2, cases=[([torch.ones(2)],)])
+
+
+def test_dtypes_are_compared():
+    with pytest.raises(ExerciseFailed, match="dtype torch.float64 where torch.float32 is expected"):
+        check_function(lambda x: (x * 2).double(), exercise="double", reference=reference, cases=CASES)
+    # float64-only code: right on float64 cases, caught on their float32 copies
+    f64 = [(torch.arange(3.0, dtype=torch.float64),)]
+    with pytest.raises(ExerciseFailed, match="dtype torch.float64 where torch.float32"):
+        check_function(lambda x: x.double() * 2, exercise="double", reference=reference, cases=f64)
+    with pytest.raises(ExerciseFailed, match=r"expected integers \(torch.long\)"):
+        check_function(lambda n: torch.arange(n) * 1.0, exercise="range", reference=torch.arange, cases=[(3,)])
+    # without a float input, any float dtype will do
+    assert check_function(
+        lambda n: torch.ones(n), exercise="ones", reference=lambda n: torch.ones(n).double(), cases=[(3,)]
+    )
+
+
+def test_gradients_are_compared_when_asked():
+    def softmax(x):
+        return torch.softmax(x, -1)
+
+    def detached(x):
+        return torch.softmax(x, -1).detach()
+
+    def nan_gradient(x):  # the value is right; sqrt(0) has an infinite slope, times 0 is NaN
+        return torch.softmax(x, -1) + 0 * torch.sqrt(x - x)
+
+    def inplace_saved(x):
+        w = torch.exp(x)
+        w /= w.sum(-1, keepdim=True)
+        return w
+
+    cases = [(torch.randn(2, 3, dtype=torch.float64),)]
+    assert check_function(softmax, exercise="softmax", reference=softmax, cases=cases, gradients=True)
+    with pytest.raises(ExerciseFailed, match="carries no gradient"):
+        check_function(detached, exercise="softmax", reference=softmax, cases=cases, gradients=True)
+    with pytest.raises(ExerciseFailed, match="NaN where"):
+        check_function(
+            nan_gradient,
+            exercise="softmax",
+            reference=softmax,
+            cases=cases,
+            gradients=True,
+            gradient_hint="NaN where the reference is finite",
+        )
+    with pytest.raises(ExerciseFailed, match="backward pass through your function raised RuntimeError"):
+        check_function(inplace_saved, exercise="softmax", reference=softmax, cases=cases, gradients=True)
 
 
 def test_check_number():

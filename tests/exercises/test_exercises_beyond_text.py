@@ -9,11 +9,18 @@ from exercise_helpers import assert_fails_with, stub
 
 def test_masked_mean_checker():
     def right(h, keep):
+        real = keep.unsqueeze(-1)  # (B, n, 1)
+        return h.masked_fill(~real, 0.0).sum(1) / real.sum(1).clamp(min=1)
+
+    def nan_for_empty_or_nan_padding(h, keep):
         w = keep.unsqueeze(-1).to(h.dtype)  # (B, n, 1)
         return (h * w).sum(1) / w.sum(1)
 
     assert ex.check_masked_mean(right)
-    assert ex.check_masked_mean(lambda h, keep: torch.stack([x[k].mean(0) for x, k in zip(h, keep)]))
+    assert ex.check_masked_mean(
+        lambda h, keep: torch.stack([x[k].mean(0) if k.any() else x.new_zeros(x.shape[-1]) for x, k in zip(h, keep)])
+    )
+    assert_fails_with(ex.check_masked_mean, nan_for_empty_or_nan_padding, "no real element")
     assert not ex.check_masked_mean(stub)
     assert_fails_with(ex.check_masked_mean, lambda h, keep: h.mean(1), "padding is averaged in")
     assert_fails_with(ex.check_masked_mean, lambda h, keep: (h * keep.unsqueeze(-1)).sum(1) / h.shape[1], "count")

@@ -16,7 +16,16 @@ from exercise_helpers import assert_fails_with
 
 def right_update(m, l, x):
     m_new = torch.maximum(m, x.amax(dim=-1))
-    return m_new, l * torch.exp(m - m_new) + torch.exp(x - m_new.unsqueeze(-1)).sum(dim=-1)
+    m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # nothing but -inf yet: subtract 0
+    return m_new, l * torch.exp(m - m_safe) + torch.exp(x - m_safe.unsqueeze(-1)).sum(dim=-1)
+
+
+def test_online_update_rejects_nan_after_a_fully_masked_block():
+    def nan_when_all_masked(m, l, x):
+        m_new = torch.maximum(m, x.amax(dim=-1))
+        return m_new, l * torch.exp(m - m_new) + torch.exp(x - m_new.unsqueeze(-1)).sum(dim=-1)
+
+    assert_fails_with(ex.check_online_softmax_update, nan_when_all_masked, "only -inf scores")
 
 
 def test_online_update_right_answers_pass():

@@ -366,3 +366,34 @@ def test_generate_checker():
     assert "at the line `logits = model(" in info.value.hint  # the learner's line, not the checker's
     with pytest.raises(ExerciseFailed, match="only the new tokens"):
         ex.check_generate(lambda m, idx, n, T, **k: generate(m, idx, n, T, **k)[:, idx.shape[1] :])
+
+
+def test_generate_checker_samples_with_the_temperature_top_k_and_generator():
+    def variant(*, greedy=False, temperature=None, top_k="given", use_generator=True):
+        @torch.no_grad()
+        def gen(model, idx, max_new_tokens, block_size, temperature_=1.0, top_k_=None, generator=None):
+            t = temperature_ if temperature is None else temperature
+            k = top_k_ if top_k == "given" else top_k
+            for _ in range(max_new_tokens):
+                logits = model(idx[:, -block_size:])[:, -1, :]
+                if greedy:
+                    new = logits.argmax(-1, keepdim=True)
+                else:
+                    probs = ex._probs(logits, t, k)
+                    new = torch.multinomial(probs, 1, generator=generator if use_generator else None)
+                idx = torch.cat([idx, new], dim=1)
+            return idx
+
+        return lambda model, idx, n, T, temperature=1.0, top_k=None, generator=None: gen(
+            model, idx, n, T, temperature, top_k, generator
+        )
+
+    assert ex.check_generate(variant())
+    with pytest.raises(ExerciseFailed, match="always takes the most likely token"):
+        ex.check_generate(variant(greedy=True))
+    with pytest.raises(ExerciseFailed, match="temperature is ignored"):
+        ex.check_generate(variant(temperature=1.0))
+    with pytest.raises(ExerciseFailed, match="top_k is ignored"):
+        ex.check_generate(variant(top_k=None))
+    with pytest.raises(ExerciseFailed):  # the global random state: other draws than the generator's
+        ex.check_generate(variant(use_generator=False))

@@ -22,14 +22,14 @@ def right_lstm(x, h, c, W_x, W_h, b):
 
 
 def torch_lstm(x, h, c, W_x, W_h, b):
-    cell = nn.LSTMCell(x.shape[1], h.shape[1]).double()
+    cell = nn.LSTMCell(x.shape[1], h.shape[1]).to(x.dtype)
     with torch.no_grad():
         cell.weight_ih.copy_(W_x), cell.weight_hh.copy_(W_h), cell.bias_ih.copy_(b), cell.bias_hh.zero_()
     return cell(x, (h, c))
 
 
 def library_lstm(x, h, c, W_x, W_h, b):
-    cell = rnn.LSTMCell(x.shape[1], h.shape[1]).double()
+    cell = rnn.LSTMCell(x.shape[1], h.shape[1]).to(x.dtype)
     with torch.no_grad():
         cell.W_x.copy_(W_x), cell.W_h.copy_(W_h), cell.b.copy_(b)
     return cell(x, (h, c))
@@ -79,7 +79,7 @@ def right_gru(x, h, W_x, W_h, b_x, b_h):
 
 
 def torch_gru(x, h, W_x, W_h, b_x, b_h):
-    cell = nn.GRUCell(x.shape[1], h.shape[1]).double()
+    cell = nn.GRUCell(x.shape[1], h.shape[1]).to(x.dtype)
     with torch.no_grad():
         cell.weight_ih.copy_(W_x), cell.weight_hh.copy_(W_h), cell.bias_ih.copy_(b_x), cell.bias_hh.copy_(b_h)
     return cell(x, h)

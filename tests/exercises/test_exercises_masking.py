@@ -82,3 +82,28 @@ def test_allowed_count_checker():
             ex.check_allowed_count(answer)
     with pytest.raises(ExerciseFailed, match="too small"):
         ex.check_allowed_count(30)
+
+
+def test_safe_masked_softmax_checks_the_gradients():
+    # right values, NaN gradient: the additive -inf mask, then nan_to_num
+    def additive_then_nan_to_num(scores, mask):
+        bias = torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores + bias, dim=-1).nan_to_num(0.0)
+
+    # right values, and backward raises: NaN zeroed in place in the softmax's output
+    def zeroed_in_place(scores, mask):
+        w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        w[torch.isnan(w)] = 0.0
+        return w
+
+    def masks_the_callers_scores(scores, mask):
+        any_allowed = mask.any(dim=-1, keepdim=True)
+        weights = scores.masked_fill_(~(mask | ~any_allowed), float("-inf")).softmax(dim=-1)
+        return weights.masked_fill(~any_allowed, 0.0)
+
+    with pytest.raises(ExerciseFailed, match="gradient is NaN for a row with no allowed key"):
+        ex.check_safe_masked_softmax(additive_then_nan_to_num)
+    with pytest.raises(ExerciseFailed, match="backward pass through your function raised RuntimeError"):
+        ex.check_safe_masked_softmax(zeroed_in_place)
+    with pytest.raises(ExerciseFailed, match="changed its first argument in place"):
+        ex.check_safe_masked_softmax(masks_the_callers_scores)

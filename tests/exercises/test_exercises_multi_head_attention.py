@@ -43,7 +43,7 @@ def test_multi_head_attention_checker():
     assert not ex.check_multi_head_attention(stub)
 
     def library(x, Wq, Wk, Wv, Wo, H):  # the library's layer with the same matrices agrees
-        layer = MultiHeadAttention(x.shape[-1], H, bias=False).double()
+        layer = MultiHeadAttention(x.shape[-1], H, bias=False).to(x.dtype)
         with torch.no_grad():
             for lin, W in ((layer.W_q, Wq), (layer.W_k, Wk), (layer.W_v, Wv), (layer.W_o, Wo)):
                 lin.weight.copy_(W.T)

@@ -81,3 +81,22 @@ def test_score_std_checker():
         ex.check_score_std(64)
     with pytest.raises(ExerciseFailed, match="after dividing"):
         ex.check_score_std(1)
+
+
+def test_softmax_temperature_rejects_one_maximum_for_the_whole_tensor_and_the_row_minimum():
+    def shifted(by):
+        def softmax(scores, temperature):
+            z = scores / temperature
+            e = torch.exp(z - by(z))
+            return e / e.sum(dim=-1, keepdim=True)
+
+        return softmax
+
+    with pytest.raises(ExerciseFailed, match="one maximum for the whole tensor"):
+        ex.check_softmax_temperature(shifted(lambda z: z.max()))
+    with pytest.raises(ExerciseFailed, match="each row's minimum"):
+        ex.check_softmax_temperature(shifted(lambda z: z.min(dim=-1, keepdim=True).values))
+    with pytest.raises(ExerciseFailed, match="carries no gradient"):
+        ex.check_softmax_temperature(lambda s, t: softmax_with_temperature(s, t).detach())
+    with pytest.raises(ExerciseFailed, match="dtype torch.float64 where torch.float32"):
+        ex.check_softmax_temperature(lambda s, t: softmax_with_temperature(s.double(), t))

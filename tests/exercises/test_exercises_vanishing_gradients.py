@@ -21,15 +21,15 @@ def right_input_gradient(W_xh, W_hh, T):
 def autograd_input_gradient(W_xh, W_hh, T):
     """The answer measured: differentiate h_T of a linear RNN (the library's cell) with respect to x_1."""
     H, D = W_xh.shape
-    cell = rnn.RNNCell(D, H, nonlinearity="linear").double()
+    cell = rnn.RNNCell(D, H, nonlinearity="linear").to(W_xh.dtype)
     with torch.no_grad():
         cell.W_xh.copy_(W_xh), cell.W_hh.copy_(W_hh), cell.b_h.zero_()
 
     def h_T(x_1):
-        x = torch.cat([x_1[None, None], torch.zeros(1, T - 1, D, dtype=torch.float64)], dim=1)  # (1, T, D)
+        x = torch.cat([x_1[None, None], torch.zeros(1, T - 1, D, dtype=W_xh.dtype)], dim=1)  # (1, T, D)
         return rnn.Recurrent(cell)(x)[1][0]
 
-    return torch.autograd.functional.jacobian(h_T, torch.zeros(D, dtype=torch.float64))
+    return torch.autograd.functional.jacobian(h_T, torch.zeros(D, dtype=W_xh.dtype))
 
 
 def test_input_gradient_right_answers_pass():

@@ -77,3 +77,19 @@ def test_rollout_checker():
     assert_fails_with(ex.check_rollout, lambda ws: rollout(ws, left=False), "wrong order")
     assert_fails_with(ex.check_rollout, lambda ws: rollout(ws, mean=False), "heads are summed")
     assert_fails_with(ex.check_rollout, lambda ws: rollout(ws, plus=True), "not A + I")
+
+
+def test_without_head_rejects_changing_the_callers_weight_and_the_width_from_the_rows():
+    def in_place(W_o, head, n_heads):  # the caller's model would lose the head for good
+        Dh = W_o.shape[1] // n_heads
+        W_o[:, head * Dh : (head + 1) * Dh] = 0.0
+        return W_o
+
+    def width_from_rows(W_o, head, n_heads):  # right only for a square W_o
+        Dh = W_o.shape[0] // n_heads
+        out = W_o.clone()
+        out[:, head * Dh : (head + 1) * Dh] = 0.0
+        return out
+
+    assert_fails_with(ex.check_without_head, in_place, "changed its first argument in place")
+    assert_fails_with(ex.check_without_head, width_from_rows, "Dh = W_o.shape[1] // n_heads")

@@ -36,6 +36,12 @@ def audit(page, axe_js: Path = AXE_JS) -> list[dict]:
         raise FileNotFoundError(f"axe-core is missing ({axe_js}): run `make setup` (npm ci)")
     if not page.evaluate("() => !!window.axe"):
         page.add_script_tag(path=str(axe_js))
+    # the whole page laid out, as a reader who scrolls through it sees it (a page lays out its sections when
+    # they come near the screen: sphinx.RENDER_CSS)
+    page.evaluate(
+        "() => { document.documentElement.classList.add('attnbook-render-all');"
+        " if (window.attnbookScroll) attnbookScroll.markAll(); }"
+    )
     options = {
         "runOnly": {"type": "tag", "values": WCAG_TAGS},
         "resultTypes": ["violations"],
@@ -65,14 +71,15 @@ def blocking(violations: list[dict]) -> list[str]:
 
 
 def settle(page) -> None:
-    """Wait until what the page draws after loading is there: MathJax, plotly figures and widgets."""
-    if page.locator(".math").count():
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.document")
-        page.evaluate("() => MathJax.startup.promise")
+    """Draw and wait for what a page draws only when it comes near the screen: its plotly figures and its
+    widgets, all of them (the math is typeset when the book is built)."""
     figures = page.locator("div.attnbook-plotly")
-    for i in range(figures.count()):
-        figures.nth(i).locator(".main-svg").first.wait_for(state="attached", timeout=30_000)
+    if figures.count():
+        page.evaluate("() => attnbookPlotly.drawAll()")
+        for i in range(figures.count()):
+            figures.nth(i).locator(".main-svg").first.wait_for(state="attached", timeout=30_000)
     if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
+        page.evaluate("() => attnbookWidgets.load()")
         page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=30_000)
     page.wait_for_timeout(200)
 

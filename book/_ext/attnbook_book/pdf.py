@@ -9,7 +9,9 @@ the build writes); printing them keeps all of it, with nothing more to install t
 tests use. The LaTeX builder would need a TeX installation of several hundred megabytes, SVG converters and
 a static export of every plotly figure, and would drop the HTML the book writes itself.
 
-How: every page of ``_toc.yml`` is opened and drawn (MathJax, plotly); each plotly figure becomes a static
+How: every page of ``_toc.yml`` is opened and drawn (its plotly figures and widgets, which a page draws only
+when they come near the screen, all at once; the math is typeset when the book is built); each plotly figure
+becomes a static
 SVG image of its default state (a vector), widgets and the models in the page become a line that says where
 to try them, folded solutions are unfolded and the code hidden behind a toggle stays hidden. The articles are
 put one after another in one document, under a title page, a contents page and a page for each part, with
@@ -79,8 +81,9 @@ PREPARE = r"""async ({pageId, pageUrl, width}) => {
   // images and links: absolute, so that the one document finds them
   article.querySelectorAll('img[src]').forEach(img => { if (!img.src.startsWith('data:')) img.src = img.src; });
   article.querySelectorAll('a[href]').forEach(a => a.setAttribute('href', a.href));
-  // ids unique across the book
-  article.querySelectorAll('[id]').forEach(el => { el.id = pageId + '--' + el.id; });
+  // ids unique across the book; not the glyphs of the math (MathJax's "MJX-TEX-..." ids name the same shape on
+  // every page, and the formulas point at them)
+  article.querySelectorAll('[id]:not([id^="MJX-"])').forEach(el => { el.id = pageId + '--' + el.id; });
   article.querySelectorAll('[aria-describedby], [aria-labelledby], label[for]').forEach(el => {
     for (const attr of ['aria-describedby', 'aria-labelledby', 'for']) {
       if (el.hasAttribute(attr)) el.setAttribute(attr, pageId + '--' + el.getAttribute(attr));
@@ -342,7 +345,7 @@ def build(html_dir: Path, out: Path, *, log=print) -> dict:
 
 
 def collect(browser, base: str, pages: list[str], log) -> tuple[dict, list[str], str]:
-    """Each page's article made ready for print, MathJax's styles, and the pages' stylesheets."""
+    """Each page's article made ready for print, the math's styles, and the pages' stylesheets."""
     from .a11y import settle
 
     articles, styles, head = {}, [], ""
@@ -351,7 +354,7 @@ def collect(browser, base: str, pages: list[str], log) -> tuple[dict, list[str],
         tab.add_init_script("localStorage.setItem('mode', 'light'); localStorage.setItem('theme', 'light');")
         tab.goto(f"{base}/{page}", wait_until="load", timeout=300_000)
         tab.wait_for_load_state("networkidle", timeout=300_000)
-        settle(tab)
+        settle(tab)  # every figure and widget drawn
         if tab.locator("div.attnbook-plotly").count():
             tab.wait_for_function(
                 "() => [...document.querySelectorAll('div.attnbook-plotly')]"

@@ -1,9 +1,16 @@
-"""Sphinx extension: the HTML book works with no network.
+"""Sphinx extension: the HTML book works with no network, and its pages open fast on a phone.
 
-- copies MathJax 3, require.js, the Jupyter widget manager (from the npm packages that ``make setup``
-  installs into node_modules/) and plotly.js (from the installed plotly package) into ``_static/vendor/``;
-- points MathJax and the widget manager at those copies (see _config.yml) and adds a small script that
-  lets the widget manager find its fonts locally and call MathJax 3 through the MathJax 2 API it expects;
+- copies require.js, the Jupyter widget manager (from the npm packages that ``make setup`` installs into
+  node_modules/) and plotly.js (npm's partial bundle of the trace types the book draws) into
+  ``_static/vendor/``;
+- typesets the math when the book is built (``mathjax``): the pages carry MathJax's SVG output and its
+  stylesheet, and load no MathJax;
+- the text first (``textfirst``): nothing but the theme's stylesheets and Sphinx's options stand before the
+  text; the theme's and extensions' scripts run after it; each block of the text is laid out when it comes
+  near the screen; plotly figures and widgets are drawn then too, on the pages that have them
+  (``static/plotly-book.js``, ``static/widgets.js``); the theme's Font Awesome script (1.5 MB, which turns icons
+  into SVG) gives way to the theme's stylesheet with the glyphs the site uses inline (``icons``); the theme's
+  search scripts and index stay on the search page (``templates/layout.html``);
 - copies onnxruntime-web (npm) and the models the chapters exported into the site, for the model in the
   page (see ``inpage``);
 - removes duplicated script tags (Sphinx 7.4 emits inline scripts added after the builder starts twice);
@@ -30,7 +37,7 @@ from sphinx.errors import ConfigError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from . import chapter_map, inpage
+from . import chapter_map, icons, inpage, mathjax, plotly_renderer, textfirst
 from .figures import DiagramFigures
 
 logger = logging.getLogger(__name__)
@@ -40,83 +47,14 @@ REPO = Path(__file__).resolve().parents[3]
 
 # (source relative to node_modules, destination relative to _static/vendor)
 NPM_ASSETS = [
-    ("mathjax/es5/tex-chtml.js", "mathjax/tex-chtml.js"),
-    ("mathjax/es5/output/chtml/fonts", "mathjax/output/chtml/fonts"),
-    ("mathjax/es5/input/tex/extensions", "mathjax/input/tex/extensions"),
-    ("mathjax/es5/ui", "mathjax/ui"),
-    ("mathjax/es5/a11y", "mathjax/a11y"),
-    ("mathjax/es5/adaptors", "mathjax/adaptors"),
-    ("mathjax/es5/sre", "mathjax/sre"),
     ("requirejs/require.js", "require/require.js"),
     ("@jupyter-widgets/html-manager/dist", "html-manager"),
+    (plotly_renderer.PLOTLY_BUNDLE, "plotly/plotly-cartesian.min.js"),
     # onnxruntime-web, WebAssembly only, for the model in the page (inpage.py); loaded only when used
     ("onnxruntime-web/dist/ort.wasm.min.js", "onnxruntime/ort.wasm.min.js"),
     ("onnxruntime-web/dist/ort-wasm-simd-threaded.mjs", "onnxruntime/ort-wasm-simd-threaded.mjs"),
     ("onnxruntime-web/dist/ort-wasm-simd-threaded.wasm", "onnxruntime/ort-wasm-simd-threaded.wasm"),
 ]
-
-WIDGETS_SHIM = """\
-// Local paths for the Jupyter widget manager, and the MathJax 2 call it makes, served by MathJax 3.
-(function () {
-  var root = document.documentElement.dataset.content_root || "./";
-  if (window.require && window.require.config) {
-    var local = root + "_static/vendor/html-manager";
-    window.require.config({paths: {"@jupyter-widgets/html-manager/dist": local, "@jupyter-widgets": local}});
-  }
-  var hub = {Queue: function () {
-    for (var i = 0; i < arguments.length; i++) {
-      var job = arguments[i], el = Array.isArray(job) ? job[2] : undefined;
-      if (window.MathJax && window.MathJax.typesetPromise) {
-        window.MathJax.startup.promise.then(function () {
-          return window.MathJax.typesetPromise(el ? [el] : undefined);
-        });
-      }
-    }
-  }};
-  function install() { if (window.MathJax && !window.MathJax.Hub) { window.MathJax.Hub = hub; } }
-  install();
-  document.addEventListener("DOMContentLoaded", install);
-
-  // Accessible names: a slider's handle (role="slider") is named by the widget's visible label, or by its
-  // tooltip when it has no label; a box that scrolls sideways can be reached with the keyboard.
-  function name(root) {
-    root.querySelectorAll(".noUi-handle[role=slider]:not([aria-labelledby]):not([aria-label])").forEach(function (h) {
-      var widget = h.closest(".widget-slider, .jupyter-widgets");
-      var label = widget && widget.querySelector(".widget-label");
-      if (label && label.textContent.trim()) {
-        label.id = label.id || "attnbook-widget-label-" + (++name.count);
-        h.setAttribute("aria-labelledby", label.id);
-      } else {
-        h.setAttribute("aria-label", (widget && widget.getAttribute("title")) || "slider");
-      }
-    });
-    root.querySelectorAll(".jupyter-widgets.widget-container").forEach(function (box) {
-      if (box.scrollWidth > box.clientWidth + 1 && !box.hasAttribute("tabindex")) box.setAttribute("tabindex", "0");
-    });
-  }
-  name.count = 0;
-  // The arrow keys move a slider one step (Page Up and Page Down ten): the widget manager's slider moves
-  // with Home and End but not with the arrows.
-  document.addEventListener("keydown", function (e) {
-    var dir = {ArrowRight: 1, ArrowUp: 1, PageUp: 10, ArrowLeft: -1, ArrowDown: -1, PageDown: -10}[e.key];
-    var handle = e.target;
-    var target = handle && handle.closest && handle.classList.contains("noUi-handle") && handle.closest(".noUi-target");
-    if (!dir || !target || !target.noUiSlider) return;
-    var api = target.noUiSlider, o = api.options, step = +o.step || (o.range.max - o.range.min) / 100;
-    e.preventDefault();
-    e.stopImmediatePropagation();
-    var before = +api.get(), tries = [1, 2, 5, 10, 20, 50]; // where the widget rounds to a coarser step
-    for (var i = 0; i < tries.length && Math.abs(+api.get() - before) < 1e-12; i++) {
-      api.set(before + dir * step * tries[i]);
-    }
-  }, true);
-  var pending = null; // widgets render after the page loads: name them once the page stops changing
-  new MutationObserver(function () {
-    clearTimeout(pending);
-    pending = setTimeout(function () { name(document); }, 50);
-  }).observe(document.documentElement, {childList: true, subtree: true});
-})();
-"""
 
 
 def _node_modules(app) -> Path:
@@ -124,7 +62,8 @@ def _node_modules(app) -> Path:
 
 
 def check_assets(app) -> None:
-    missing = [src for src, _ in NPM_ASSETS if not (_node_modules(app) / src).exists()]
+    needed = [src for src, _ in NPM_ASSETS] + ["mathjax-full/js/mathjax.js"]
+    missing = [src for src in needed if not (_node_modules(app) / src).exists()]
     if missing:
         raise ConfigError(
             f"the book's JavaScript assets are missing from {_node_modules(app)}: {', '.join(missing)}. "
@@ -135,8 +74,6 @@ def check_assets(app) -> None:
 def copy_assets(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
-    import plotly
-
     vendor = Path(app.outdir) / "_static" / "vendor"
     for src, dst in NPM_ASSETS:
         source, target = _node_modules(app) / src, vendor / dst
@@ -145,11 +82,15 @@ def copy_assets(app, exception) -> None:
             shutil.copytree(source, target, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target)
-    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    (vendor / "plotly").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(plotly_js, vendor / "plotly" / "plotly.min.js")
-    (vendor / "widgets-shim.js").write_text(WIDGETS_SHIM)
+    plotly_renderer.write_figures(app.env, Path(app.outdir))
     inpage.copy_models(Path(app.srcdir), Path(app.outdir))
+
+
+def typeset_math(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    counts = mathjax.typeset_site(Path(app.outdir), _node_modules(app))
+    logger.info(f"typeset {sum(counts.values())} formulas on {len(counts)} pages (MathJax, Node)")
 
 
 THEME_CSS = "attnbook/theme.css"  # relative to _static: on every page
@@ -186,6 +127,7 @@ def theme_css() -> str:
                 f"{dark} .attnbook-chapter-map path{{stroke:#b8c2cc}}",
                 f"{dark} .attnbook-chapter-map marker path{{fill:#b8c2cc}}",
                 *A11Y_CSS,
+                *textfirst.RENDER_CSS,
             ]
         )
         + "\n"
@@ -222,24 +164,38 @@ A11Y_CSS = [
 
 SCROLL_JS = "attnbook/scroll.js"  # relative to _static: on every page
 SCROLL = """\
-// A diagram wider than the screen scrolls sideways: then the keyboard can reach it (Tab, then the arrow keys)
-// and a screen reader hears what it is.
+// A diagram or a displayed formula wider than the screen scrolls sideways: then the keyboard can reach it (Tab,
+// then the arrow keys), and a screen reader hears what a diagram is. Each is measured when it comes near the
+// screen (measuring them all as the page opens would lay out the whole page at once), and again when the
+// window changes size; attnbookScroll.markAll() measures them all now (the accessibility audit).
 (function () {
-  function mark() {
-    document.querySelectorAll(".attnbook-diagram").forEach(function (el) {
-      if (el.scrollWidth > el.clientWidth + 1) {
-        el.setAttribute("tabindex", "0");
-        el.setAttribute("role", "region");
-        el.setAttribute("aria-label", "Diagram, wider than the screen: scroll sideways");
-      } else if (el.getAttribute("role") === "region") {
-        ["tabindex", "role", "aria-label"].forEach(function (a) { el.removeAttribute(a); });
-      }
-    });
+  var SELECTOR = '.attnbook-diagram, mjx-container[display="true"]';
+  var DIAGRAM = "Diagram, wider than the screen: scroll sideways";
+  function mark(el) {
+    var diagram = el.classList.contains("attnbook-diagram");
+    if (el.scrollWidth > el.clientWidth + 1) {
+      el.setAttribute("tabindex", "0");
+      if (diagram) { el.setAttribute("role", "region"); el.setAttribute("aria-label", DIAGRAM); }
+      el.dataset.attnbookScroll = "1";
+    } else if (el.dataset.attnbookScroll) {
+      ["tabindex", "role", "aria-label", "data-attnbook-scroll"].forEach(function (a) { el.removeAttribute(a); });
+    }
+  }
+  function all() { return document.querySelectorAll(SELECTOR); }
+  function markAll() { all().forEach(mark); }
+  var near = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (e) { if (e.isIntersecting) mark(e.target); });
+  }, {rootMargin: "100% 0px"}) : null;
+  function watch() {
+    if (!near) { markAll(); return; }
+    near.disconnect();
+    all().forEach(function (el) { near.observe(el); });
   }
   var timer = null;
-  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(mark, 100); });
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
-  else mark();
+  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(watch, 100); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
+  else watch();
+  window.attnbookScroll = {markAll: markAll};
 })();
 """
 
@@ -253,12 +209,16 @@ def write_theme_assets(app, exception) -> None:
 
     folder = Path(app.outdir) / "_static" / "attnbook"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "theme.css").write_text(theme_css())
+    pages = [p.read_text() for p in Path(app.outdir).rglob("*.html")]
+    static = Path(app.outdir) / "_static"
+    (folder / "theme.css").write_text(theme_css() + icons.stylesheet(static, pages))
+    icons.prune_theme_css(static / icons.THEME_CSS, pages)
     (folder / "scroll.js").write_text(SCROLL)
     settings = json.dumps({"dark": style.PLOTLY_DARK, "phone": style.PLOTLY_PHONE})
     (folder / "plotly-book.js").write_text(
         f"window.attnbookStyle = {settings}; // attnbook.style\n" + (STATIC / "plotly-book.js").read_text()
     )
+    shutil.copy2(STATIC / "widgets.js", folder / "widgets.js")
 
 
 def add_templates(app, config) -> None:
@@ -499,6 +459,10 @@ def setup(app):
     app.connect("env-get-updated", number_section_pages, priority=900)  # after Sphinx numbers the sections
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
+    app.connect("build-finished", typeset_math)
+    app.connect("html-page-context", mathjax.drop_mathjax_scripts, priority=900)
+    app.connect("html-page-context", textfirst.defer_scripts, priority=950)
+    app.connect("html-page-context", textfirst.move_widget_state, priority=960)
     app.add_css_file(THEME_CSS)
     app.add_js_file(SCROLL_JS)
     app.add_transform(DiagramFigures)

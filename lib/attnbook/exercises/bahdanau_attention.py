@@ -43,7 +43,12 @@ def _attention_cases():
         mask = torch.arange(T).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)  # (B, Ts)
         return (r(B, D), r(B, T, d_enc), mask, r(A, D) / math.sqrt(D), r(A, d_enc) / math.sqrt(d_enc), r(A))
 
-    return [case(2, 4, 3, 5, 6, [4, 4]), case(3, 6, 4, 8, 5, [6, 3, 1]), case(4, 7, 6, 4, 3, [7, 2, 5, 4])]
+    return [
+        case(2, 4, 3, 5, 6, [4, 4]),
+        case(3, 6, 4, 8, 5, [6, 3, 1]),
+        case(4, 7, 6, 4, 3, [7, 2, 5, 4]),
+        case(1, 3, 1, 1, 2, [2]),  # a batch of one, one feature: a squeeze() without its dim drops them
+    ]
 
 
 def check_bahdanau_attention(fn) -> Result:
@@ -90,6 +95,7 @@ def check_bahdanau_attention(fn) -> Result:
                 "W_2 h_i for every i is H @ W_2.T, of shape (B, Ts, A).",
             )
         ],
+        gradients=True,
     )
 
 

@@ -39,6 +39,10 @@ def check_masked_mean(fn) -> Result:
         keep = torch.arange(n) < torch.tensor(sizes)[:, None]  # (B, n)
         h = torch.randn(len(sizes), n, d, generator=g, dtype=torch.float64)
         cases.append((h, keep))
+    keep = torch.tensor([[True, False, True], [False, False, False]])  # the second set is empty
+    h = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    h[0, 1] = float("nan")  # whatever the padding holds
+    cases.append((h, keep))
 
     def weights(keep, h):
         return keep.unsqueeze(-1).to(h.dtype)  # (B, n, 1)
@@ -58,6 +62,12 @@ def check_masked_mean(fn) -> Result:
             "that is the sum of the real elements; divide by how many there are to get their mean.",
             lambda h, keep: (h * weights(keep, h)).sum(1),
         ),
+        Mistake(
+            "NaN comes out for a set whose padding holds a NaN (0 * NaN is NaN) or that has no real element "
+            "(0 / 0): zero the padding with masked_fill, and divide by the count clamped to at least 1, so that "
+            "an empty set gives zeros, as blocks.masked_mean does.",
+            lambda h, keep: (h * weights(keep, h)).sum(1) / weights(keep, h).sum(1),
+        ),
     ]
     return check_function(
         fn,
@@ -72,6 +82,7 @@ def check_masked_mean(fn) -> Result:
                 "keep.unsqueeze(-1), so that it multiplies every feature of an element.",
             ),
         ],
+        gradients=True,
     )
 
 
@@ -240,7 +251,9 @@ def check_clip_loss(fn) -> Result:
         Mistake("the scale multiplies the cosines (it is 1 / temperature); here it divides them.", divided),
         Mistake("average the two cross-entropies, (loss_images + loss_texts) / 2, rather than adding them.", summed),
     ]
-    return check_function(fn, exercise="CLIP loss", reference=contrastive.clip_loss, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="CLIP loss", reference=contrastive.clip_loss, cases=cases, mistakes=mistakes, gradients=True
+    )
 
 
 def agent_mask(n_agents: int, n_steps: int) -> torch.Tensor:

@@ -39,6 +39,16 @@ def _online_cases():
             torch.tensor([[1000.0, 995.0]], dtype=torch.float64),
         )
     )  # large scores
+    m = torch.full((2, 3), float("-inf"), dtype=torch.float64)  # (...) of two dims: a batch of heads
+    cases.append((m, torch.zeros(2, 3, dtype=torch.float64), torch.randn(2, 3, 4, generator=g, dtype=torch.float64)))
+    inf = float("-inf")
+    cases.append(  # a block entirely masked: the first row has seen nothing else, the second has
+        (
+            torch.tensor([inf, 0.5], dtype=torch.float64),
+            torch.tensor([0.0, 2.0], dtype=torch.float64),
+            torch.tensor([[inf, inf, inf], [inf, inf, inf]], dtype=torch.float64),
+        )
+    )
     return cases
 
 
@@ -65,6 +75,15 @@ def check_online_softmax_update(fn) -> Result:
         return m_new, l * torch.exp(m - m_new) + torch.exp(x - m_new[..., None]).sum(-1)
 
     mistakes = [
+        Mistake(
+            "a row that has seen only -inf scores (a masked block) gives NaN: exp(-inf - (-inf)) is undefined. "
+            "While the maximum is still -inf, subtract 0 instead (torch.where(m_new == -inf, 0.0, m_new)), "
+            "so the row keeps m = -inf and l = 0.",
+            lambda m, l, x: (
+                new_max(m, x),
+                l * torch.exp(m - new_max(m, x)) + torch.exp(x - new_max(m, x)[..., None]).sum(-1),
+            ),
+        ),
         Mistake(
             "the old sum l was computed relative to the old maximum m: when the maximum grows to m', "
             "multiply l by exp(m - m') before adding the new terms.",
@@ -201,6 +220,7 @@ def check_merge_partial_attention(fn) -> Result:
                 "add a last dimension to the weights with .unsqueeze(-1).",
             )
         ],
+        gradients=True,
     )
 
 
@@ -305,4 +325,5 @@ def check_causal_linear_attention(fn) -> Result:
         mistakes=mistakes,
         atol=1e-9,
         rtol=1e-7,
+        gradients=True,
     )

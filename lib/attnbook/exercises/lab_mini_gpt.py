@@ -403,6 +403,7 @@ def check_next_token_probs(fn) -> Result:
         (torch.randn(3, 10, generator=g) * 2, 0.5, None),
         (torch.randn(2, 10, generator=g), 1.0, 3),
         (torch.randn(4, 6, generator=g), 2.0, 2),
+        (torch.randn(2, 5, generator=g, dtype=torch.float64), 0.7, 2),  # float64 logits stay float64
     ]
     mistakes = [
         Mistake(
@@ -427,12 +428,14 @@ def check_next_token_probs(fn) -> Result:
             lambda z, t, k: torch.softmax(torch.log(_probs(z, 1.0, k)) / t, dim=0),
         ),
     ]
-    return check_function(fn, exercise="next-token probabilities", reference=_probs, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="next-token probabilities", reference=_probs, cases=cases, mistakes=mistakes, gradients=True
+    )
 
 
 def check_generate(fn, model: GPT | None = None) -> Result:
-    """``fn(model, idx, max_new_tokens, block_size, top_k=1)`` must append tokens one at a time, cropping the
-    context.
+    """``fn(model, idx, max_new_tokens, block_size, temperature, top_k, generator)`` must append sampled tokens
+    one at a time, cropping the context to block_size; with a seeded generator its draws are the reference's.
     """
     exercise = "generation"
     if model is None:
@@ -440,15 +443,27 @@ def check_generate(fn, model: GPT | None = None) -> Result:
             model = GPT(TransformerConfig(vocab_size=13, block_size=6, n_layers=1, n_heads=2, d_model=16)).eval()
     T = model.config.block_size
     g = torch.Generator().manual_seed(4)
-    cases = [(torch.randint(13, (1, 3), generator=g), 5), (torch.randint(13, (2, T + 4), generator=g), 4)]
+    cases = [  # (prompt, new tokens, temperature, top_k, the generator's seed)
+        (torch.randint(13, (1, 3), generator=g), 5, 1.0, 1, 0),  # top_k=1: the most likely token
+        (torch.randint(13, (2, T + 4), generator=g), 4, 1.0, None, 1),  # a prompt longer than block_size
+        (torch.randint(13, (3, 2), generator=g), 6, 1.0, None, 2),  # sampled from every token
+        (torch.randint(13, (2, 4), generator=g), 6, 2.0, 4, 3),  # a high temperature among the top 4
+        (torch.randint(13, (2, 3), generator=g), 5, 0.5, None, 4),
+    ]
 
-    def run(idx, n):
-        return fn(model, idx.clone(), n, T, top_k=1)
+    def run(idx, n, temperature, top_k, seed):
+        generator = torch.Generator().manual_seed(seed)
+        return fn(model, idx.clone(), n, T, temperature=temperature, top_k=top_k, generator=generator)
 
     run.__wrapped__ = fn  # so that an error's hint quotes the learner's line, not this one
 
-    def reference(idx, n):
-        return model.generate(idx, n, temperature=0)
+    def sample(case, **changes):
+        idx, n, temperature, top_k, seed = case
+        options = {"temperature": temperature, "top_k": top_k, "generator": torch.Generator().manual_seed(seed)}
+        return model.generate(idx, n, **(options | changes))
+
+    def reference(*case):
+        return sample(case)
 
     return check_function(
         run,
@@ -458,8 +473,22 @@ def check_generate(fn, model: GPT | None = None) -> Result:
         mistakes=[
             Mistake(
                 "only the new tokens are returned; return the prompt followed by them.",
-                lambda idx, n: reference(idx, n)[:, idx.shape[1] :],
-            )
+                lambda *case: sample(case)[:, case[0].shape[1] :],
+            ),
+            Mistake(
+                "your function always takes the most likely token: sample the next token with "
+                "torch.multinomial(probs, 1, generator=generator), probs from next_token_probs(logits, "
+                "temperature, top_k).",
+                lambda *case: sample(case, temperature=0),
+            ),
+            Mistake(
+                "the temperature is ignored: divide the logits by it (next_token_probs(logits, temperature, top_k)).",
+                lambda *case: sample(case, temperature=1.0),
+            ),
+            Mistake(
+                "top_k is ignored: keep only the k most likely tokens before sampling.",
+                lambda *case: sample(case, top_k=None),
+            ),
         ],
         error_hints=[
             (

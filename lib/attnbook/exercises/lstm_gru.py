@@ -77,6 +77,7 @@ def check_lstm_step(fn) -> Result:
         cases=_lstm_cases(),
         mistakes=mistakes,
         error_hints=[("cannot be multiplied", "x is (B, D) and W_x is (4H, D): use x @ W_x.T.")],
+        gradients=(0, 1, 2),
     )
 
 
@@ -144,6 +145,7 @@ def check_gru_step(fn) -> Result:
         cases=_gru_cases(),
         mistakes=mistakes,
         error_hints=[("cannot be multiplied", "x is (B, D) and W_x is (3H, D): use x @ W_x.T.")],
+        gradients=(0, 1),
     )
 
 

@@ -134,8 +134,21 @@ def check_safe_masked_softmax(fn) -> Result:
             zeroed_after,
         ),
     ]
+    big = torch.tensor([[1000.0, -1000.0, 3.0], [50.0, 0.0, -50.0]], dtype=torch.float64)  # exp overflows
+    cases.append((big, torch.tensor([[True, True, False], [False, False, False]])))
     return check_function(
-        fn, exercise="masked softmax without NaN", reference=attention.masked_softmax, cases=cases, mistakes=mistakes
+        fn,
+        exercise="masked softmax without NaN",
+        reference=attention.masked_softmax,
+        cases=cases,
+        mistakes=mistakes,
+        gradients=True,
+        gradient_hint=(
+            "the weights are right but their gradient is NaN for a row with no allowed key: replacing the NaN "
+            "after the softmax (nan_to_num, or w[torch.isnan(w)] = 0) leaves it in the backward pass, which "
+            "then spreads through the network. Give the softmax a finite row (let an empty row allow every key, "
+            "mask | ~any_allowed), then zero that row's weights with masked_fill."
+        ),
     )
 
 

@@ -47,7 +47,9 @@ def check_rmsnorm(fn) -> Result:
             lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(0, keepdim=True) + eps) * w,
         ),
     ]
-    return check_function(fn, exercise="RMSNorm", reference=_rmsnorm_reference, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="RMSNorm", reference=_rmsnorm_reference, cases=cases, mistakes=mistakes, gradients=True
+    )
 
 
 def _swiglu_reference(x, W_1, W_2, W_3):
@@ -86,6 +88,7 @@ def check_swiglu(fn) -> Result:
         cases=cases,
         mistakes=mistakes,
         error_hints=[("cannot be multiplied", "the weights are stored (in, out): use x @ W_1.")],
+        gradients=True,
     )
 
 
@@ -129,7 +132,9 @@ def check_rope(fn) -> Result:
             wrong_sign,
         ),
     ]
-    return check_function(fn, exercise="rotary position embedding", reference=reference, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="rotary position embedding", reference=reference, cases=cases, mistakes=mistakes, gradients=True
+    )
 
 
 def check_kv_cache_bytes(answer) -> Result:

@@ -102,7 +102,9 @@ def check_multi_head_attention(fn) -> Result:
             lambda x, Wq, Wk, Wv, Wo, H: _mha(x, Wq, Wk, Wv, Wo, H, use_W_o=False),
         ),
     ]
-    return check_function(fn, exercise="multi-head attention", reference=_mha, cases=_mha_cases(), mistakes=mistakes)
+    return check_function(
+        fn, exercise="multi-head attention", reference=_mha, cases=_mha_cases(), mistakes=mistakes, gradients=(0,)
+    )
 
 
 def check_parameter_count(answer, d_model: int = 512, n_heads: int = 8) -> Result:

@@ -64,6 +64,7 @@ def check_attention(fn) -> Result:
         cases=_attention_cases(),
         mistakes=mistakes,
         error_hints=[("shapes cannot be multiplied", _TRANSPOSE_HINT), ("must match the size", _TRANSPOSE_HINT)],
+        gradients=True,
     )
 
 
@@ -119,6 +120,7 @@ def check_masked_attention(fn) -> Result:
         reference=attention.scaled_dot_product_attention,
         cases=_masked_cases(),
         mistakes=mistakes,
+        gradients=True,
     )
 
 
@@ -130,7 +132,17 @@ def check_softmax_temperature(fn) -> Result:
         (torch.randn(3, 5, generator=g, dtype=torch.float64), 0.25),
         (torch.randn(2, 6, generator=g, dtype=torch.float64) * 3, 10.0),
         (torch.tensor([1000.0, 999.0, 990.0], dtype=torch.float64), 1.0),  # large scores: needs the max trick
+        # a batch with a large row and a small one: one maximum for the whole tensor underflows the small row
+        (torch.tensor([[1000.0, 999.0, 990.0], [0.0, 1.0, -2.0]], dtype=torch.float64), 1.0),
+        # a row whose scores spread over 2000: exp(z - min) overflows, exp(z - max) does not
+        (torch.tensor([[1000.0, -1000.0, 0.0], [0.5, 0.2, -0.1]], dtype=torch.float64), 1.0),
     ]
+
+    def shifted(s, t, by):
+        z = s / t
+        e = torch.exp(z - by(z))
+        return e / e.sum(-1, keepdim=True)
+
     mistakes = [
         Mistake(
             "the scores are multiplied by the temperature; divide them by it, softmax(scores / τ).",
@@ -145,6 +157,16 @@ def check_softmax_temperature(fn) -> Result:
             "(softmax is unchanged by adding a constant to every score).",
             lambda s, t: torch.exp(s / t) / torch.exp(s / t).sum(-1, keepdim=True),
         ),
+        Mistake(
+            "one maximum for the whole tensor is subtracted, so a row far below it underflows to 0 / 0 (NaN): "
+            "subtract each row's own maximum, z.max(dim=-1, keepdim=True).values.",
+            lambda s, t: shifted(s, t, lambda z: z.max()),
+        ),
+        Mistake(
+            "each row's minimum is subtracted: exp(z - min) still overflows when a row's scores spread widely; "
+            "subtract the row's maximum, so that every exponent is <= 0.",
+            lambda s, t: shifted(s, t, lambda z: z.min(dim=-1, keepdim=True).values),
+        ),
     ]
     return check_function(
         fn,
@@ -152,6 +174,7 @@ def check_softmax_temperature(fn) -> Result:
         reference=attention.softmax_with_temperature,
         cases=cases,
         mistakes=mistakes,
+        gradients=True,
     )
 
 

@@ -216,4 +216,5 @@ def check_attention_entropy(fn) -> Result:
         mistakes=mistakes,
         rtol=1e-5,
         atol=1e-7,
+        gradients=True,
     )

@@ -86,6 +86,7 @@ def check_cross_attention(fn) -> Result:
                 "Z @ W_k is (..., m, Dk), and the scores are Q @ K.transpose(-2, -1).",
             )
         ],
+        gradients=True,
     )
 
 
@@ -150,7 +151,7 @@ def check_sinusoidal_2d(fn) -> Result:
 def _rotate(pe, k, *, sign=1.0, exponent_step=2.0, halves=False):
     d = pe.shape[-1]
     w = 10000.0 ** (-exponent_step * torch.arange(d // 2, dtype=torch.float64) / d)  # (D/2,)
-    c, s = torch.cos(k * w), sign * torch.sin(k * w)
+    c, s = torch.cos(k * w).to(pe.dtype), (sign * torch.sin(k * w)).to(pe.dtype)
     if halves:
         sin, cos = pe[..., : d // 2], pe[..., d // 2 :]
     else:

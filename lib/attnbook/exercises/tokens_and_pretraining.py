@@ -96,6 +96,7 @@ def check_bert_corruption(fn) -> Result:
         ids = torch.randint(3, 40, shape, generator=g)
         chosen = torch.rand(shape, generator=g) < 0.4
         u = torch.rand(shape, generator=g)
+        u[0, :2], chosen[0, :2] = torch.tensor([0.8, 0.9]), True  # the bands' edges: 0.8 is random, 0.9 kept
         random_ids = torch.randint(3, 40, shape, generator=g)
         cases.append((ids, chosen, u, random_ids, 1))
 

@@ -69,13 +69,15 @@ def check_layer_norm(fn) -> Result:
             lambda x, g_, b, e: g_ * x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + e) + b,
         ),
     ]
-    return check_function(fn, exercise="layer normalisation", reference=reference, cases=cases, mistakes=mistakes)
+    return check_function(
+        fn, exercise="layer normalisation", reference=reference, cases=cases, mistakes=mistakes, gradients=True
+    )
 
 
-def _block_parts(seed: int):
+def _block_parts(seed: int, dtype=torch.float64):
     with torch.random.fork_rng(devices=[]):  # seeded, without touching the learner's random state
         torch.manual_seed(seed)
-        block = EncoderBlock(8, 2, 16, norm_position="post").double().eval()
+        block = EncoderBlock(8, 2, 16, norm_position="post").to(dtype).eval()
         with torch.no_grad():  # distinct gains and shifts, so that swapping the two norms shows
             for norm in block.norms:
                 norm.weight.uniform_(0.5, 1.5)
@@ -92,6 +94,7 @@ def check_post_norm_block(fn) -> Result:
         (_randn(g, 2, 5, 8), *parts[0][1:]),
         (_randn(g, 1, 7, 8), *parts[1][1:]),
         (3.0 * _randn(g, 3, 4, 8), *parts[0][1:]),
+        (_randn(g, 2, 3, 8).float(), *_block_parts(2, torch.float32)[1:]),  # a float32 block stays float32
     ]
 
     def reference(x, attn, ffn, n1, n2):

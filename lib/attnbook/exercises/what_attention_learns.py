@@ -62,8 +62,8 @@ def check_prefix_matching(fn) -> Result:
     )
 
 
-def _without_head(W_o, head, n_heads, *, rows=False, shift=0):
-    Dh = W_o.shape[1] // n_heads
+def _without_head(W_o, head, n_heads, *, rows=False, shift=0, width_from_rows=False):
+    Dh = W_o.shape[0 if width_from_rows else 1] // n_heads
     if not 0 <= head + shift < n_heads:
         raise ValueError("no such head")  # this mistake cannot be made on this case
     out = W_o.clone()
@@ -77,14 +77,16 @@ def _without_head(W_o, head, n_heads, *, rows=False, shift=0):
 
 def _head_cases():
     g = torch.Generator().manual_seed(7)
-    return [
+    square = [
         (torch.randn(D, D, generator=g, dtype=torch.float64), head, H)
         for D, H, head in [(8, 2, 1), (12, 3, 0), (16, 4, 2), (16, 4, 3)]
     ]
+    # W_o maps the heads' H * Dh features to d_model: not square when H * Dh != d_model
+    return square + [(torch.randn(6, 12, generator=g, dtype=torch.float64), 1, 3)]
 
 
 def check_without_head(fn) -> Result:
-    """``fn(W_o, head, n_heads)``: a copy of an ``nn.Linear`` weight (D, D) without head ``head``'s inputs."""
+    """``fn(W_o, head, n_heads)``: a copy of an ``nn.Linear`` weight (D, H * Dh) without head ``head``'s inputs."""
     mistakes = [
         Mistake(
             "those are the head's rows, its outputs: an nn.Linear weight is (out, in), and the heads are the "
@@ -100,6 +102,11 @@ def check_without_head(fn) -> Result:
             lambda W, h, H: _without_head(W, h, H, shift=1),
         ),
         Mistake("nothing was removed: set the head's columns of the copy to zero.", lambda W, h, H: W.clone()),
+        Mistake(
+            "the head's width comes from the rows, W_o.shape[0] // n_heads, which is right only for a square "
+            "W_o: the heads are the columns (the inputs), so Dh = W_o.shape[1] // n_heads.",
+            lambda W, h, H: _without_head(W, h, H, width_from_rows=True),
+        ),
     ]
     return check_function(
         fn,
@@ -125,7 +132,8 @@ def _rollout(weights, *, residual=True, order="left", reduce="mean", alpha=0.5):
 
 def _rollout_cases():
     g = torch.Generator().manual_seed(3)
-    return [([_causal_weights(B, H, T, g) for _ in range(L)],) for B, H, T, L in [(2, 2, 5, 2), (1, 3, 6, 3)]]
+    sizes = [(2, 2, 5, 2), (1, 3, 6, 3), (2, 1, 4, 1)]  # the last: a model of one layer
+    return [([_causal_weights(B, H, T, g) for _ in range(L)],) for B, H, T, L in sizes]
 
 
 def check_rollout(fn) -> Result:

@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import effects
+
 __all__ = [
     "Recorder",
     "Replayer",
@@ -170,6 +172,7 @@ class Recorder:
             if self._depth:
                 return target(*args, **kwargs)
             entry = {"digest": digest((args, kwargs))}
+            before = effects.snapshot((args, kwargs))
             self._depth += 1
             try:
                 result = target(*args, **kwargs)
@@ -185,6 +188,8 @@ class Recorder:
             finally:
                 self._depth -= 1
             entry["result"] = self.encode(result)
+            entry["changed"] = effects.changes(before, (args, kwargs))  # arguments changed in place
+            entry["gradients"] = effects.record_gradients((args, kwargs), result)
             self.calls.append(entry)
             return result
 
@@ -382,7 +387,11 @@ class Replayer:
         if "error" in entry:
             raise self._error(entry["error"])
         _check("result" in entry, "a call without a result")
-        return self.decode(entry["result"])
+        effects.apply_changes((args, kwargs), entry.get("changed", []), RecordMismatch)
+        result = self.decode(entry["result"])
+        return effects.replay_gradients(
+            (args, kwargs), result, entry.get("gradients"), RecordMismatch, lambda name: _named(Exception, name)
+        )
 
     def _error(self, info: Any) -> BaseException:
         _check(

@@ -45,7 +45,9 @@ def seq2seq_bottleneck() -> Diagram:
     hs = _encoder(d, 150)
     ss = _decoder(d, 150)
     c = d.box(378, 150, 40, 34, "$c$", role="hidden")
+    # c = [forward state at the end; backward state at the start], equation eq-fixed-decoder
     d.arrow([hs[-1].right, c.left], role="hidden")
+    d.arrow([hs[0].top, (hs[0].cx, 140), (c.cx, 140), c.top], role="hidden", radius=6)
     d.text(c.cx, 124, "the bottleneck", bold=True, size=SMALL)
     d.text(150, 128, "encoder", muted=True, size=SMALL)
     d.text(588, 244, "decoder", muted=True, size=SMALL)

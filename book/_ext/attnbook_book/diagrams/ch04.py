@@ -7,7 +7,7 @@ import math
 from . import diagram
 from .svg import SMALL, Diagram
 
-SCORES = [2.0, 0.6, -0.8, 0.3]  # illustrative scores q . k_i / T for four keys
+SCORES = [2.0, 0.6, -0.8, 0.3]  # illustrative scores q . k_i / tau for four keys (tau: the temperature)
 
 
 def _softmax(xs):
@@ -41,7 +41,7 @@ def soft_lookup() -> Diagram:
         d.arrow([v.right, (610, v.cy), pool.left], role="value", width=1 + 6 * a, head=False, radius=10)
     d.arrow([pool.bottom, (660, 290)], role="value")
     d.text(660, 306, "$\\sum_i a_i v_i$", role="value")
-    d.text(300, 312, "$s_i = q \\cdot k_i / T$", size=SMALL, muted=True)
+    d.text(300, 312, "$s_i = q \\cdot k_i / \\tau$", size=SMALL, muted=True)
     d.text(430, 312, "$a_i = \\operatorname{softmax}(s)_i$", size=SMALL, muted=True)
     return d
 

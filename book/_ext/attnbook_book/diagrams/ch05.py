@@ -57,7 +57,9 @@ def sinusoidal_rotation() -> Diagram:
         "sinusoidal_rotation", 720, 330, "The sinusoidal encoding: each pair of dimensions turns with the position"
     )
     r, cy, k, p0 = 78, 160, 3, 1
-    for i, (omega, cx) in enumerate([(1.0, 130), (0.4, 360), (0.1, 590)]):
+    # geometric frequencies, omega_i = omega_1 ** i as in eq-sinusoidal; omega_1 = 0.4 means a width of about 20
+    for i, cx in enumerate([130, 360, 590]):
+        omega = 0.4**i
         d.text(cx, 24, f"pair $i = {i}$", bold=True, size=SMALL)
         d.text(cx, 44, f"$\\omega_{i} = {omega:g}$", size=SMALL, muted=True)
         d.path(

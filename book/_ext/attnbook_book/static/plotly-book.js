@@ -1,6 +1,12 @@
-// Plotly figures in the book, for every reader: the colour mode, the phone layout, a text alternative and
-// the keyboard. The page draws each figure with attnbookPlotly.newPlot (see plotly_renderer.py); the build
-// writes window.attnbookStyle (attnbook.style.PLOTLY_DARK and PLOTLY_PHONE) in front of this file.
+// Plotly figures in the book, for every reader: drawn when they come near the screen, the colour mode, the
+// phone layout, a text alternative and the keyboard. The build writes window.attnbookStyle
+// (attnbook.style.PLOTLY_DARK and PLOTLY_PHONE) in front of this file.
+//
+// - Drawn when needed: the page holds, for each figure, an empty box of the figure's height whose data-src
+//   names a script with the figure (see plotly_renderer.py). plotly.js (the build's partial bundle) and that
+//   script load only when the box comes within a screen's height of the screen, so the text shows first and
+//   a reader who never scrolls to a figure never pays for it. attnbookPlotly.drawAll() draws every figure of
+//   the page (the PDF edition, printing, the tests) and resolves when they are drawn.
 //
 // - Colour mode: in dark mode the layout takes the dark colours; switching back restores the figure's own.
 // - Phone: when the figure's column is narrower than PHONE.width, the legend goes below the plot, the
@@ -523,10 +529,84 @@
   function all() { return document.querySelectorAll("div.attnbook-plotly"); }
   function applyAll() { all().forEach(function (gd) { if (gd._fullLayout) apply(gd); }); }
 
+  // --- loading: plotly.js and each figure's data, when the figure comes near the screen ------------------
+  var ROOT = document.documentElement.dataset.content_root || "./";
+  var PLOTLY_JS = ROOT + "_static/vendor/plotly/plotly-cartesian.min.js";
+  var scripts = {}, figures = {}, waiting = {};
+
+  function loadScript(src) { // once per address; resolves when the script has run
+    if (!scripts[src]) {
+      scripts[src] = new Promise(function (resolve, reject) {
+        var s = document.createElement("script");
+        s.src = src;
+        s.async = true;
+        s.onload = function () { resolve(); };
+        s.onerror = function () { delete scripts[src]; reject(new Error("could not load " + src)); };
+        document.head.appendChild(s);
+      });
+    }
+    return scripts[src];
+  }
+
+  function loadPlotly() { return window.Plotly ? Promise.resolve() : loadScript(PLOTLY_JS); }
+
+  // A figure's script calls this with [data, layout, config].
+  function figure(id, f) {
+    figures[id] = f;
+    if (waiting[id]) { waiting[id](f); delete waiting[id]; }
+  }
+
+  function figureData(gd) {
+    var id = gd.id;
+    if (figures[id]) return Promise.resolve(figures[id]);
+    var got = new Promise(function (resolve) { waiting[id] = resolve; });
+    return loadScript(gd.dataset.src).then(function () { return got; });
+  }
+
+  // The page lays out its blocks only when they come near the screen (content-visibility: auto, see the book's
+  // stylesheet); plotly measures its texts as it draws, so a figure's block is laid out from then on.
+  function reveal(el) {
+    for (var a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+      if (getComputedStyle(a).contentVisibility === "auto") a.style.contentVisibility = "visible";
+    }
+  }
+
+  function draw(gd) { // the figure of an empty box, once
+    if (!gd._attnbookDrawn) {
+      reveal(gd);
+      gd._attnbookDrawn = Promise.all([loadPlotly(), figureData(gd)]).then(function (got) {
+        var f = got[1];
+        reveal(gd);
+        return newPlot(gd.id, f[0], f[1], f[2]);
+      });
+      gd._attnbookDrawn.catch(function (e) { console.error("attnbook: figure " + gd.id + ": " + e); });
+    }
+    return gd._attnbookDrawn;
+  }
+
+  function pending() { return Array.prototype.filter.call(all(), function (gd) { return gd.dataset.src; }); }
+  function drawAll() { return Promise.all(pending().map(draw)); }
+
+  var near = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (e) {
+      if (e.isIntersecting) { near.unobserve(e.target); draw(e.target); }
+    });
+  }, {rootMargin: "100% 0px"}) : null;
+
+  function watch() { pending().forEach(function (gd) { if (near) near.observe(gd); else draw(gd); }); }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
+  else watch();
+
   new MutationObserver(applyAll).observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});
   var timer = null;
   window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(applyAll, 150); });
   window.matchMedia("print").addEventListener("change", applyAll);
+  window.addEventListener("beforeprint", drawAll);
 
-  window.attnbookPlotly = {newPlot: newPlot, apply: apply, describe: describe};
+  window.attnbookPlotly = {
+    newPlot: function (id, data, layout, config) {
+      return loadPlotly().then(function () { return newPlot(id, data, layout, config); });
+    },
+    apply: apply, describe: describe, draw: draw, drawAll: drawAll, figure: figure, reveal: reveal,
+  };
 })();
