@@ -10,9 +10,11 @@ chapter's three test sets (``post_training.evaluation_sets``): exact-match, "sta
 what more steps change.
 
 Part 2, DPO (``dpo``). From the shipped assistant: preference pairs by the rule "a right answer beats a wrong
-one" from four answers sampled per training prompt (reversing a word), then DPO at three betas on three
-seeds. For each run, on held-out words: the win rate against the reference, the implicit reward margin on
-held-out pairs, the KL from the reference, and greedy exact-match on reversing and on every kind.
+one" from eight answers sampled per training prompt (reversing a word), then DPO at four betas, and DPO+NLL
+(the chosen answer's negative log-likelihood per token added, Pang et al. 2024) at the same betas, on three
+seeds (each seed samples its own pairs and orders its own batches). For each run, on held-out words: the win
+rate against the reference, the implicit reward margin and the two log-ratios on held-out pairs, the KL from
+the reference, and greedy exact-match on reversing and on every kind.
 
 Part 3, GRPO (``grpo``). From the shipped assistant, on reversing a word: the exact-match reward on three
 seeds (the reward curve, exact-match before and after), and a gameable reward that checks only the answer's
@@ -56,7 +58,9 @@ VARIANTS = {
 }
 TASK = "reverse"  # the kind DPO and GRPO work on
 BETAS = [0.01, 0.1, 1.0, 10.0]
-DPO_PROMPTS, DPO_SAMPLES = 400, 4
+NLL = [0.0, 1.0]  # DPO alone, and DPO+NLL
+DPO_PROMPTS, DPO_SAMPLES, DPO_HELD = 2000, 8, 400  # training prompts, answers sampled per prompt, held-out prompts
+WIN_SAMPLES = 2  # answers of each model per held-out prompt in the win rate and the KL
 GRPO_RUNS = {  # name: (reward, KL coefficient beta)
     "exact, beta 0.04": ("exact", 0.04),
     "first letter, beta 0": ("first letter", 0.0),
@@ -64,12 +68,13 @@ GRPO_RUNS = {  # name: (reward, KL coefficient beta)
 }
 
 
-def dpo_data(model, tok, words, test_words):
-    """The chapter's pairs: training prompts (seed 10, samples seed 0) and held-out ones (seed 11, samples seed 1)."""
+def dpo_data(model, tok, words, test_words, seed: int):
+    """The chapter's pairs: training prompts (seed 10) with answers sampled with ``seed``, and the held-out
+    prompts (seed 11) and their pairs (answers sampled with seed 1), the same for every run."""
     train = tasks.instructions(DPO_PROMPTS, words, kinds=[TASK], seed=10)
-    held = tasks.instructions(200, test_words, kinds=[TASK], seed=11)
+    held = tasks.instructions(DPO_HELD, test_words, kinds=[TASK], seed=11)
     pairs = post_training.preference_pairs(
-        model, tok, train, samples=DPO_SAMPLES, generator=torch.Generator().manual_seed(0)
+        model, tok, train, samples=DPO_SAMPLES, generator=torch.Generator().manual_seed(seed)
     )
     held_pairs = post_training.preference_pairs(
         model, tok, held, samples=DPO_SAMPLES, generator=torch.Generator().manual_seed(1)
@@ -78,18 +83,10 @@ def dpo_data(model, tok, words, test_words):
 
 
 def dpo_measures(policy, reference, tok, held, held_pairs, tests, beta) -> dict:
-    """What the chapter reports for a DPO run (the same generators as the page)."""
-    pc, pr = post_training.pair_logps(policy, held_pairs, tok.end)
-    rc, rr = post_training.pair_logps(reference, held_pairs, tok.end)
-    return {
-        "win_rate": post_training.win_rate(policy, reference, tok, held, generator=torch.Generator().manual_seed(5)),
-        "margin": (beta * ((pc - rc) - (pr - rr))).mean().item(),
-        "chosen_logratio": (pc - rc).mean().item(),
-        "rejected_logratio": (pr - rr).mean().item(),
-        "kl": post_training.kl_from_reference(policy, reference, tok, held, generator=torch.Generator().manual_seed(6)),
-        "accuracy": post_training.accuracy(policy, tok, held),
-        "all_kinds": post_training.accuracy(policy, tok, tests["held-out words"]),
-    }
+    """What the chapter reports for a DPO run (post_training.preference_measures, as the page computes it),
+    and greedy exact-match on every kind."""
+    measures = post_training.preference_measures(policy, reference, tok, held, held_pairs, beta, samples=WIN_SAMPLES)
+    return {**measures, "exact-match, every kind": post_training.accuracy(policy, tok, tests["held-out words"])}
 
 
 def grpo_prompts(words, steps, recipe):
@@ -158,7 +155,9 @@ def merge(result: dict, part: str, new: dict) -> None:
     ran = {r[key] for r in new["runs"]}
     old = result[part]
     old["runs"] = [r for r in old["runs"] if r[key] not in ran] + new["runs"]
-    old["runs"].sort(key=lambda r: (order.index(r[key]), r["seed"]))
+    old["runs"].sort(
+        key=lambda r: (r.get("nll") or 0.0, order.index(r[key]), r["seed"] if r["seed"] is not None else -1)
+    )
     old.update({k: v for k, v in new.items() if k != "runs"})
 
 
@@ -166,23 +165,29 @@ def run_dpo(smoke: bool, betas=tuple(BETAS)) -> dict:
     words, test_words = tasks.instruction_words()
     tests = post_training.evaluation_sets(test_words)
     reference, tok, _ = post_training.load_assistant()
-    pairs, held, held_pairs = dpo_data(reference, tok, words, test_words)
-    if smoke:
-        held, tests = held[:20], {k: v[:20] for k, v in tests.items()}
-    runs = [{"beta": None, "seed": None, **dpo_measures(reference, reference, tok, held, held_pairs, tests, 1.0)}]
-    for beta in betas:
-        for seed in SEEDS[:1] if smoke else SEEDS:
-            recipe = post_training.DPORecipe(beta=beta, steps=3 if smoke else post_training.DPORecipe().steps)
-            policy = post_training.frozen_copy(reference).requires_grad_(True)
-            start = time.perf_counter()
-            history = post_training.train_dpo(policy, reference, pairs, recipe, pad=tok.end, seed=seed, quiet=True)
-            seconds = time.perf_counter() - start
-            measures = dpo_measures(policy, reference, tok, held, held_pairs, tests, beta)
-            runs.append({"beta": beta, "seed": seed, "train_seconds": seconds, "history": history[::10], **measures})
-            print(f"dpo beta {beta} seed {seed}: {seconds:.0f} s {measures}", flush=True)
-    return {"recipe": post_training.DPORecipe().to_dict(), "task": TASK, "pairs": len(pairs),
-            "held_out_pairs": len(held_pairs), "prompts": DPO_PROMPTS, "samples": DPO_SAMPLES,
-            "runs": runs}  # fmt: skip
+    runs = []
+    for seed in SEEDS[:1] if smoke else SEEDS:
+        pairs, held, held_pairs = dpo_data(reference, tok, words, test_words, seed)
+        if smoke:
+            held, tests = held[:20], {k: v[:20] for k, v in tests.items()}
+        if seed == SEEDS[0]:
+            runs.append({"beta": None, "nll": None, "seed": None, "pairs": len(pairs),
+                         **dpo_measures(reference, reference, tok, held, held_pairs, tests, 1.0)})  # fmt: skip
+        for nll in NLL:
+            for beta in betas:
+                epochs = 1 if smoke else post_training.DPORecipe().epochs
+                recipe = post_training.DPORecipe(beta=beta, nll=nll, epochs=epochs)
+                policy = post_training.frozen_copy(reference).requires_grad_(True)
+                start = time.perf_counter()
+                history = post_training.train_dpo(policy, reference, pairs, recipe, pad=tok.end, seed=seed, quiet=True)
+                seconds = time.perf_counter() - start
+                measures = dpo_measures(policy, reference, tok, held, held_pairs, tests, beta)
+                runs.append({"beta": beta, "nll": nll, "seed": seed, "pairs": len(pairs), "train_seconds": seconds,
+                             "history": history[::2], **measures})  # fmt: skip
+                print(f"dpo beta {beta} nll {nll} seed {seed}: {seconds:.0f} s {measures}", flush=True)
+    return {"recipe": post_training.DPORecipe().to_dict(), "task": TASK, "held_out_pairs": len(held_pairs),
+            "prompts": DPO_PROMPTS, "samples": DPO_SAMPLES, "held_out_prompts": DPO_HELD,
+            "win_samples": WIN_SAMPLES, "runs": runs}  # fmt: skip
 
 
 def run_grpo(smoke: bool, names=tuple(GRPO_RUNS)) -> dict:
@@ -277,28 +282,36 @@ def markdown(result: dict) -> str:
             rows += ["", f"Shipped: `{s['file']}` ({s['bytes']:,} bytes); largest weight difference from the file that "
                      f"was there: {s['largest_weight_difference_from_the_file_that_was_there']}."]  # fmt: skip
     dpo = result.get("dpo")
-    if dpo:
+    if dpo and "nll" in dpo["runs"][-1]:  # (results of an older version of this part are not shown)
+        ref = dpo["runs"][0]
         rows += [
             "",
-            f"DPO on {dpo['pairs']} pairs ({dpo['task']}; {dpo['prompts']} prompts, {dpo['samples']} samples each), "
-            f"{dpo['recipe']['steps']} steps; held-out words, mean (lowest to highest) over seeds:",
+            f"DPO on reversing a word: pairs from {dpo['prompts']} prompts, {dpo['samples']} answers sampled per "
+            f"prompt ({spread([r['pairs'] for r in dpo['runs'][1:]], '{:.0f}')} pairs), {dpo['recipe']['epochs']} "
+            f"passes in batches of {dpo['recipe']['batch_size']}, learning rate {dpo['recipe']['lr']}; measured on "
+            f"{dpo['held_out_prompts']} prompts about held-out words ({dpo['held_out_pairs']} held-out pairs), mean "
+            "(lowest to highest) over seeds:",
             "",
-            "| beta | win rate | reward margin | KL (nats) | exact-match, reverse | exact-match, every kind |",
-            "|---|---|---|---|---|---|",
+            "| loss | beta | win rate | reward margin | log-ratio, chosen | log-ratio, rejected | KL (nats) | "
+            "exact-match, reverse | exact-match, every kind |",
+            "|---|---|---|---|---|---|---|---|---|",
+            f"| reference (against itself) | | {ref['win rate']:.0%} | 0 | 0 | 0 | 0 | {ref['exact-match']:.0%} | "
+            f"{ref['exact-match, every kind']:.0%} |",
         ]
-        ref = dpo["runs"][0]
-        rows.append(
-            f"| reference (against itself) | {ref['win_rate']:.0%} | 0 | 0 | {ref['accuracy']:.0%} | "
-            f"{ref['all_kinds']:.0%} |"
-        )
-        for beta in BETAS:
-            runs = [r for r in dpo["runs"] if r["beta"] == beta]
-            rows.append(
-                f"| {beta} | {spread([r['win_rate'] for r in runs])} | "
-                f"{spread([r['margin'] for r in runs], '{:.2f}')} | "
-                f"{spread([r['kl'] for r in runs], '{:.2f}')} | {spread([r['accuracy'] for r in runs])} | "
-                f"{spread([r['all_kinds'] for r in runs])} |"
-            )
+        for nll in NLL:
+            for beta in BETAS:
+                runs = [r for r in dpo["runs"][1:] if r["beta"] == beta and r["nll"] == nll]
+                if not runs:
+                    continue
+                rows.append(
+                    f"| {'DPO+NLL' if nll else 'DPO'} | {beta} | {spread([r['win rate'] for r in runs])} | "
+                    f"{spread([r['reward margin'] for r in runs], '{:.2f}')} | "
+                    f"{spread([r['log-ratio, chosen'] for r in runs], '{:.2f}')} | "
+                    f"{spread([r['log-ratio, rejected'] for r in runs], '{:.2f}')} | "
+                    f"{spread([r['KL (nats)'] for r in runs], '{:.2f}')} | "
+                    f"{spread([r['exact-match'] for r in runs])} | "
+                    f"{spread([r['exact-match, every kind'] for r in runs])} |"
+                )
     grpo = result.get("grpo")
     if grpo:
         rows += [

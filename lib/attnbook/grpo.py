@@ -44,6 +44,7 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     return (rewards - mean) / (std + eps)  # (B, G)
 
 
+@_checks.checked_by("_check_kl")
 def kl_per_token(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     """pi_ref / pi - log(pi_ref / pi) - 1 at every token: an unbiased, never negative estimate of KL(pi || pi_ref)
     on tokens sampled from pi.
@@ -76,8 +77,8 @@ def grpo_loss(
     A = advantages[:, None]  # (N, 1): every token of an answer shares its advantage
     surrogate = torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)  # (N, T)
     per_token = surrogate - beta * kl_per_token(logps, ref_logps)  # (N, T)
-    mask = mask.to(logps.dtype)
-    per_answer = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (N,): 1/|o_i| sum over t
+    per_token = per_token.masked_fill(~mask, 0.0)  # (N, T): padding counts for nothing
+    per_answer = per_token.sum(-1) / mask.sum(-1).clamp(min=1)  # (N,): 1/|o_i| sum over t
     return -per_answer.mean()  # (): -J
 
 
@@ -91,6 +92,17 @@ def _check_advantages(rewards, eps, **_) -> None:
             f"rewards must have at least 2 answers per group, (B, G >= 2), got {_checks.shape_str(rewards.shape)}"
         )
     _checks.positive_float("eps", eps, allow_zero=True)
+
+
+def _check_kl(logps, ref_logps, **_) -> None:
+    for name, x in (("logps", logps), ("ref_logps", ref_logps)):
+        _checks.tensor(name, x, floating=True)
+    _checks.same_dtype(("logps", logps), ("ref_logps", ref_logps))
+    if ref_logps.shape != logps.shape:
+        raise ValueError(
+            f"ref_logps must have the shape of logps {_checks.shape_str(logps.shape)}, "
+            f"got {_checks.shape_str(ref_logps.shape)}"
+        )
 
 
 def _check_grpo(logps, old_logps, ref_logps, advantages, mask, clip, beta, **_) -> None:

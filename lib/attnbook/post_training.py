@@ -19,6 +19,22 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks, chat, grpo, preference
+from ._post_training_checks import (  # noqa: F401 (the checkers checked_by names)
+    _check_accuracy,
+    _check_evaluate,
+    _check_kl,
+    _check_measures,
+    _check_pair_logps,
+    _check_preference_pairs,
+    _check_recipe,
+    _check_reward_texts,
+    _check_save,
+    _check_train_dpo,
+    _check_train_grpo,
+    _check_train_sft,
+    _check_win_rate,
+    _check_words,
+)
 from .data.files import packaged_dir
 from .data.instructions import SEEN_KINDS, UNSEEN_KINDS, Instruction, instructions
 from .interpret import load_lab_gpt
@@ -39,11 +55,13 @@ __all__ = [
     "accuracy",
     "win_rate",
     "kl_from_reference",
+    "preference_measures",
     "exact_reward",
     "first_letter_reward",
     "train_grpo",
     "save_assistant",
     "load_assistant",
+    "frozen_copy",
     "ASSISTANT",
 ]
 
@@ -62,18 +80,31 @@ class SFTRecipe:
     mask_prompt: bool = True  # the loss on the answer only
     template: bool = True  # the chat template (False: the bare prompt, a space, the answer)
 
+    def __post_init__(self):
+        _check_recipe(self, ints=("steps", "batch_size"), floats=("lr",), flags=("mask_prompt", "template"))
+        _checks.positive_int("warmup_steps", self.warmup_steps, minimum=0)
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps must be smaller than steps, got {self.warmup_steps} and {self.steps}")
+
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class DPORecipe:
-    """DPO on fixed pairs: the reference's log-probabilities computed once, AdamW at a constant rate."""
+    """DPO on fixed pairs: ``epochs`` passes over them in shuffled batches, AdamW at a constant rate; the
+    reference's log-probabilities computed once. ``nll`` > 0 adds that weight times the chosen answers'
+    negative log-likelihood per token (DPO+NLL, Pang et al. 2024; 0: DPO alone)."""
 
-    beta: float = 0.1
-    steps: int = 150
+    beta: float = 1.0
+    epochs: int = 4
     batch_size: int = 32
-    lr: float = 5e-4
+    lr: float = 1e-4
+    nll: float = 0.0
+
+    def __post_init__(self):
+        _check_recipe(self, ints=("epochs", "batch_size"), floats=("beta", "lr"))
+        _checks.positive_float("nll", self.nll, allow_zero=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,6 +124,12 @@ class GRPORecipe:
     max_new_tokens: int = 24
     updates: int = 2
 
+    def __post_init__(self):
+        _check_recipe(self, ints=("steps", "prompts", "group", "max_new_tokens", "updates"), floats=("lr", "clip"))
+        if self.group < 2:
+            raise ValueError(f"group must be at least 2 (advantages compare answers in a group), got {self.group}")
+        _checks.positive_float("beta", self.beta, allow_zero=True)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -103,6 +140,7 @@ def base_model() -> tuple[GPT, chat.ChatTokenizer]:
     return chat.add_tokens(lab), chat.ChatTokenizer(tokenizer)
 
 
+@_checks.checked_by("_check_train_sft")
 def train_sft(
     model: GPT,
     tokenizer: chat.ChatTokenizer,
@@ -137,6 +175,7 @@ def train_sft(
     return losses
 
 
+@_checks.checked_by("_check_evaluate")
 def evaluate(
     model: GPT, tokenizer: chat.ChatTokenizer, tests: Sequence[Instruction], *, template: bool = True
 ) -> dict[str, float]:
@@ -154,6 +193,7 @@ def evaluate(
     return {f"{kind} {name}": sum(v) / len(v) for kind, s in out.items() for name, v in s.items()}
 
 
+@_checks.checked_by("_check_words")
 def evaluation_sets(words: Sequence[str]) -> dict[str, list[Instruction]]:
     """The chapter's tests, all about ``words`` (the held-out words): 300 instructions of the kinds and
     phrasings of training, 200 in the phrasing each kind held out, 100 of the kinds training never shows."""
@@ -167,6 +207,7 @@ def evaluation_sets(words: Sequence[str]) -> dict[str, list[Instruction]]:
 # --- preference pairs and DPO ----------------------------------------------------------------------------------
 
 
+@_checks.checked_by("_check_preference_pairs")
 def preference_pairs(
     model: GPT,
     tokenizer: chat.ChatTokenizer,
@@ -198,6 +239,7 @@ def _pair_batch(pairs, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
+@_checks.checked_by("_check_pair_logps")
 def pair_logps(model: GPT, pairs, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(chosen | prompt) and log pi(rejected | prompt) for every pair: two (B,) tensors."""
     ids, mask = _pair_batch(pairs, pad)
@@ -205,6 +247,7 @@ def pair_logps(model: GPT, pairs, pad: int) -> tuple[torch.Tensor, torch.Tensor]
     return logps[: len(pairs)], logps[len(pairs) :]
 
 
+@_checks.checked_by("_check_train_dpo")
 def train_dpo(
     policy: GPT,
     reference: GPT,
@@ -213,62 +256,72 @@ def train_dpo(
     *,
     pad: int = 0,
     seed: int = 0,
-    evaluate_every: int = 0,
-    evaluate: Callable[[GPT], dict[str, float]] | None = None,
     quiet: bool = False,
 ) -> list[dict[str, float]]:
-    """DPO: train ``policy`` in place on ``pairs`` against the frozen ``reference``; per step the loss, the
-    implicit reward margin and the share of pairs it ranks right."""
+    """DPO (DPO+NLL if ``recipe.nll``): train ``policy`` in place on ``pairs`` against the frozen ``reference``,
+    ``recipe.epochs`` passes in shuffled batches. Per step: the loss, the implicit reward margin, the share of
+    pairs it ranks right, and the mean log-ratios log pi / pi_ref of the chosen and of the rejected answers."""
     seed_everything(seed)
     ref_chosen, ref_rejected = pair_logps(reference, pairs, pad)  # the frozen reference: computed once
     optimizer = torch.optim.AdamW(policy.parameters(), lr=recipe.lr, weight_decay=0.0)
-    order = random.Random(seed)
+    order, batches = random.Random(seed), []
+    for _ in range(recipe.epochs):
+        shuffled = order.sample(range(len(pairs)), len(pairs))
+        batches += [shuffled[i : i + recipe.batch_size] for i in range(0, len(pairs), recipe.batch_size)]
     history = []
-    for step in progress(range(recipe.steps), desc=f"DPO, beta {recipe.beta:g}", disable=quiet):
-        index = order.sample(range(len(pairs)), min(recipe.batch_size, len(pairs)))
+    for step, index in enumerate(progress(batches, desc=f"DPO, beta {recipe.beta:g}", disable=quiet)):
         ids, mask = _pair_batch([pairs[i] for i in index], pad)
         policy.train()
         logps = chat.sequence_logprobs(policy, ids, mask)  # (2B,)
         chosen, rejected = logps[: len(index)], logps[len(index) :]
-        loss = preference.dpo_loss(chosen, rejected, ref_chosen[index], ref_rejected[index], recipe.beta)
+        rc, rr = ref_chosen[index], ref_rejected[index]
+        if recipe.nll:
+            lengths = mask[: len(index)].sum(-1)  # (B,) tokens of each chosen answer
+            loss = preference.dpo_nll_loss(chosen, rejected, rc, rr, lengths, recipe.beta, recipe.nll)
+        else:
+            loss = preference.dpo_loss(chosen, rejected, rc, rr, recipe.beta)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         with torch.no_grad():
-            margin = preference.implicit_reward(chosen, ref_chosen[index], recipe.beta) - preference.implicit_reward(
-                rejected, ref_rejected[index], recipe.beta
-            )
-        row = {
-            "step": step + 1,
-            "loss": loss.item(),
-            "margin": margin.mean().item(),
-            "ranked right": (margin > 0).float().mean().item(),
-        }
-        if evaluate is not None and evaluate_every and (step + 1) % evaluate_every == 0:
-            row.update(evaluate(policy.eval()))
-        history.append(row)
+            d_chosen, d_rejected = chosen - rc, rejected - rr  # (B,) log-ratios
+            margin = recipe.beta * (d_chosen - d_rejected)  # (B,) the implicit reward margin
+        history.append(
+            {
+                "step": step + 1,
+                "loss": loss.item(),
+                "margin": margin.mean().item(),
+                "ranked right": (margin > 0).float().mean().item(),
+                "log-ratio, chosen": d_chosen.mean().item(),
+                "log-ratio, rejected": d_rejected.mean().item(),
+            }
+        )
     policy.eval()
     return history
 
 
+@_checks.checked_by("_check_accuracy")
 def accuracy(model: GPT, tokenizer: chat.ChatTokenizer, tests: Sequence[Instruction]) -> float:
     """The share of ``tests`` the model answers exactly, greedy."""
     answers = chat.answer(model, tokenizer, [t.prompt for t in tests])
     return chat.exact_match(tokenizer, answers, [t.answer for t in tests]).mean().item()
 
 
+@_checks.checked_by("_check_win_rate")
 def win_rate(
     policy: GPT,
     reference: GPT,
     tokenizer: chat.ChatTokenizer,
     tests: Sequence[Instruction],
     *,
+    samples: int = 1,
     generator: torch.Generator | None = None,
 ) -> float:
-    """How often the rule prefers the policy's answer to the reference's, one sample each at temperature 1
-    per prompt: 1 for a right answer against a wrong one, 0 the other way, 1/2 for a tie."""
-    prompts = [t.prompt for t in tests]
-    expected = [t.answer for t in tests]
+    """How often the rule prefers the policy's answer to the reference's, ``samples`` answers of each at
+    temperature 1 per prompt compared in turn: 1 for a right answer against a wrong one, 0 the other way,
+    1/2 for a tie."""
+    prompts = [t.prompt for t in tests for _ in range(samples)]
+    expected = [t.answer for t in tests for _ in range(samples)]
     mine = chat.exact_match(
         tokenizer, chat.answer(policy, tokenizer, prompts, temperature=1.0, generator=generator), expected
     )
@@ -279,16 +332,19 @@ def win_rate(
 
 
 @torch.no_grad()
+@_checks.checked_by("_check_kl")
 def kl_from_reference(
     policy: GPT,
     reference: GPT,
     tokenizer: chat.ChatTokenizer,
     tests: Sequence[Instruction],
     *,
+    samples: int = 1,
     generator: torch.Generator | None = None,
 ) -> float:
-    """KL(policy || reference) in nats per answer, estimated on one answer per prompt sampled from the policy."""
-    prompts = [t.prompt for t in tests]
+    """KL(policy || reference) in nats per answer, estimated on ``samples`` answers per prompt sampled from
+    the policy."""
+    prompts = [t.prompt for t in tests for _ in range(samples)]
     answers = chat.answer(policy, tokenizer, prompts, temperature=1.0, keep_end=True, generator=generator)
     starts = [chat.render(tokenizer, p)[0] for p in prompts]
     ids, mask = chat.pad_answers(starts, [a or [tokenizer.end] for a in answers], pad=tokenizer.end)
@@ -296,20 +352,54 @@ def kl_from_reference(
     return preference.sequence_kl(mine, theirs).item()
 
 
+@_checks.checked_by("_check_measures")
+def preference_measures(
+    policy: GPT,
+    reference: GPT,
+    tokenizer: chat.ChatTokenizer,
+    tests: Sequence[Instruction],
+    pairs: Sequence[tuple[list[int], list[int], list[int]]],
+    beta: float,
+    *,
+    samples: int = 1,
+    seed: int = 0,
+) -> dict[str, float]:
+    """What the chapter measures of a policy tuned on preferences, on held-out ``tests`` and ``pairs``: the
+    win rate against the reference, the implicit reward margin and the two log-ratios on the pairs, the KL
+    from the reference, and greedy exact-match."""
+    pc, pr = pair_logps(policy, pairs, tokenizer.end)
+    rc, rr = pair_logps(reference, pairs, tokenizer.end)
+    return {
+        "win rate": win_rate(
+            policy, reference, tokenizer, tests, samples=samples, generator=torch.Generator().manual_seed(seed)
+        ),
+        "reward margin": (beta * ((pc - rc) - (pr - rr))).mean().item(),
+        "log-ratio, chosen": (pc - rc).mean().item(),
+        "log-ratio, rejected": (pr - rr).mean().item(),
+        "KL (nats)": kl_from_reference(
+            policy, reference, tokenizer, tests, samples=samples, generator=torch.Generator().manual_seed(seed + 1)
+        ),
+        "exact-match": accuracy(policy, tokenizer, tests),
+    }
+
+
 # --- GRPO ------------------------------------------------------------------------------------------------------
 
 
+@_checks.checked_by("_check_reward_texts")
 def exact_reward(answer: str, expected: str) -> float:
     """1 when the answer is exactly the expected one, else 0: the verifier."""
     return float(answer == expected)
 
 
+@_checks.checked_by("_check_reward_texts")
 def first_letter_reward(answer: str, expected: str) -> float:
     """1 when the answer starts with the right letter: a lazy verifier that checks one character, and a
     gameable one."""
     return float(answer[:1] == expected[:1])
 
 
+@_checks.checked_by("_check_train_grpo")
 def train_grpo(
     policy: GPT,
     reference: GPT,
@@ -369,6 +459,7 @@ def train_grpo(
 # --- the assistant the library ships ---------------------------------------------------------------------------
 
 
+@_checks.checked_by("_check_save")
 def save_assistant(model: GPT, path, *, recipe: SFTRecipe, seed: int, results: dict) -> None:
     """Write ``model`` in float16 with its configuration, its recipe and what it scored."""
     torch.save(
@@ -388,7 +479,10 @@ def load_assistant(path=None) -> tuple[GPT, chat.ChatTokenizer, dict]:
     """The instruction-tuned lab GPT the book ships (eval mode, float32), its tokenizer and what it was saved
     with (recipe, seed, results)."""
     path = packaged_dir() / ASSISTANT if path is None else _checks.file("path", path)
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated files, other pickles, random bytes: all refused the same way
+        raise ValueError(f"path {str(path)!r} is not a saved assistant: {str(error).splitlines()[0]:.100}") from None
     if not isinstance(saved, dict) or saved.get("format") != ASSISTANT_FORMAT:
         raise ValueError(f"path {str(path)!r} is not a saved assistant (format {ASSISTANT_FORMAT!r})")
     model = GPT(TransformerConfig(**saved["model_config"]))
@@ -400,6 +494,7 @@ def load_assistant(path=None) -> tuple[GPT, chat.ChatTokenizer, dict]:
 
 def frozen_copy(model: GPT) -> GPT:
     """A copy of ``model`` that no optimiser will change: the reference of DPO and GRPO."""
+    _checks.module("model", model, GPT, "an attnbook.models.GPT")
     reference = copy.deepcopy(model).eval()
     for p in reference.parameters():
         p.requires_grad_(False)

@@ -8,6 +8,10 @@ so a reward can be written with the policy itself, ``r(x, y) = beta log pi(y|x) 
 
     L = -log sigma(beta [log pi(y_w|x) / pi_ref(y_w|x) - log pi(y_l|x) / pi_ref(y_l|x)])
 
+A pair's two answers can both lose probability while their difference grows: nothing in L keeps the
+chosen answer itself likely (Pal et al., 2024; Razin et al., 2024). :func:`dpo_nll_loss` adds the chosen
+answer's negative log-likelihood per token (DPO+NLL, Pang et al., 2024).
+
 Every input is a sequence log-probability (:func:`attnbook.chat.sequence_logprobs`) of shape (B,).
 
 Chapter: from a model of text to an assistant (17.1, preference tuning).
@@ -20,7 +24,7 @@ import torch.nn.functional as F
 
 from . import _checks
 
-__all__ = ["implicit_reward", "dpo_loss", "sequence_kl"]
+__all__ = ["implicit_reward", "dpo_loss", "dpo_nll_loss", "sequence_kl"]
 
 
 @_checks.checked_by("_check_reward")
@@ -49,6 +53,26 @@ def dpo_loss(
     """
     margin = implicit_reward(policy_chosen, ref_chosen, beta) - implicit_reward(policy_rejected, ref_rejected, beta)
     return -F.logsigmoid(margin).mean()  # (): -log sigma is softplus(-margin), stable for any margin
+
+
+@_checks.checked_by("_check_dpo_nll")
+def dpo_nll_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    chosen_lengths: torch.Tensor,
+    beta: float,
+    alpha: float = 1.0,
+) -> torch.Tensor:
+    """DPO plus ``alpha`` times the chosen answers' negative log-likelihood per token (Pang et al., 2024).
+
+    Shapes:
+        each log-probability: (B,); chosen_lengths: (B,) the chosen answers' token counts
+        return: () the mean over the B pairs
+    """
+    nll = -(policy_chosen / chosen_lengths).mean()  # (): per token of the chosen answers
+    return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) + alpha * nll
 
 
 @_checks.checked_by("_check_reward")
@@ -88,3 +112,16 @@ def _check_dpo(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta, *
         ("ref_rejected", ref_rejected),
     )
     _checks.positive_float("beta", beta)
+
+
+def _check_dpo_nll(policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_lengths, beta, alpha, **_) -> None:
+    _check_dpo(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)
+    _checks.tensor("chosen_lengths", chosen_lengths, ndim=1)
+    if chosen_lengths.shape != policy_chosen.shape:
+        raise ValueError(
+            f"chosen_lengths must have one length per pair, (B,) = ({policy_chosen.shape[0]},), "
+            f"got {_checks.shape_str(chosen_lengths.shape)}"
+        )
+    if chosen_lengths.dtype == torch.bool or bool((chosen_lengths <= 0).any()):
+        raise ValueError("chosen_lengths must hold token counts >= 1")
+    _checks.positive_float("alpha", alpha, allow_zero=True)

@@ -35,8 +35,8 @@ def test_sft_targets_checker():
         ids[:, 1:][~mask[:, 1:]] = -100
         return ids[:, 1:]
 
-    assert_fails_with(ex.check_sft_targets, in_place, "changed a tensor it was given")
-    assert_fails_with(ex.check_sft_targets, lambda i, m: targets(i, m).float(), "torch.int64")
+    assert_fails_with(ex.check_sft_targets, in_place, "changed")
+    assert_fails_with(ex.check_sft_targets, lambda i, m: targets(i, m).float(), "dtype torch.float32")
 
 
 # --- the DPO loss ----------------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_dpo_loss_checker():
         rc -= rr  # changes the caller's tensor
         return -F.logsigmoid(b * ((pc - pr) - rc)).mean()
 
-    assert_fails_with(ex.check_dpo_loss, shifts_the_reference, "changed a tensor it was given")
+    assert_fails_with(ex.check_dpo_loss, shifts_the_reference, "changed")
 
 
 # --- group advantages -----------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_group_advantages_checker():
         r -= r.mean(-1, keepdim=True)
         return r / (r.std(-1, keepdim=True) + 1e-4)
 
-    assert_fails_with(ex.check_group_advantages, in_place, "changed a tensor it was given")
+    assert_fails_with(ex.check_group_advantages, in_place, "changed")
     assert_fails_with(ex.check_group_advantages, lambda r: grpo.group_advantages(r.double()), "torch.float32")
     assert_fails_with(ex.check_group_advantages, lambda r: grpo.group_advantages(r)[:, :-1], "expected shape")
 

@@ -2,6 +2,8 @@
 follow their rule, DPO widens the margin it is trained on, GRPO trains the policy and never the reference,
 the rewards, and the shipped assistant's file."""
 
+import math
+
 import pytest
 import torch
 from attnbook import chat, data, models, post_training
@@ -51,12 +53,34 @@ def test_dpo_widens_the_margin_and_leaves_the_reference_alone(tiny):
     prompt = chat.render(tok, "capitals: oak")[0]
     pairs = [(prompt, [*tok.encode("OAK"), tok.end], [*tok.encode("oak"), tok.end])] * 4
     before = {k: v.clone() for k, v in reference.state_dict().items()}
-    history = post_training.train_dpo(
-        model, reference, pairs, post_training.DPORecipe(steps=20, lr=1e-3), pad=tok.end, quiet=True
-    )
-    assert history[0]["margin"] == pytest.approx(0.0, abs=1e-5) and history[-1]["margin"] > 0.5
-    assert history[-1]["ranked right"] == 1.0
+    recipe = post_training.DPORecipe(beta=0.5, epochs=20, batch_size=2, lr=1e-3)
+    history = post_training.train_dpo(model, reference, pairs, recipe, pad=tok.end, quiet=True)
+    assert len(history) == 40  # 20 passes over 4 pairs in batches of 2
+    first, last = history[0], history[-1]
+    assert first["margin"] == pytest.approx(0.0, abs=1e-5) and first["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    assert last["margin"] > 0.5 and last["ranked right"] == 1.0
+    assert last["margin"] == pytest.approx(0.5 * (last["log-ratio, chosen"] - last["log-ratio, rejected"]), rel=1e-5)
     assert all(torch.equal(before[k], v) for k, v in reference.state_dict().items())
+
+
+def test_the_nll_term_keeps_the_chosen_answer_likely(tiny):
+    """Near-miss pairs (the same letters, one order right), the same seed and batches: with the NLL term
+    (DPO+NLL) the chosen answers end more likely than with DPO alone, both ranking the pairs right."""
+    model, tok = tiny
+    pairs = [
+        (chat.render(tok, f"reverse {w}")[0], [*tok.encode(w[::-1]), tok.end], [*tok.encode(w[1:] + w[0]), tok.end])
+        for w in WORDS
+    ]
+    runs = {}
+    for nll in (0.0, 1.0):
+        torch.manual_seed(0)
+        policy = models.GPT(model.config)
+        policy.load_state_dict(model.state_dict())
+        reference = post_training.frozen_copy(policy)
+        recipe = post_training.DPORecipe(beta=0.05, epochs=40, batch_size=6, lr=3e-3, nll=nll)
+        runs[nll] = post_training.train_dpo(policy, reference, pairs, recipe, pad=tok.end, quiet=True)[-1]
+    assert runs[0.0]["margin"] > 0 and runs[1.0]["margin"] > 0
+    assert runs[1.0]["log-ratio, chosen"] > runs[0.0]["log-ratio, chosen"] + 1.0
 
 
 def test_grpo_trains_the_policy_on_groups_and_records_its_measures(tiny):
@@ -64,10 +88,17 @@ def test_grpo_trains_the_policy_on_groups_and_records_its_measures(tiny):
     reference = post_training.frozen_copy(model)
     pool = tasks.instructions(8, WORDS, kinds=["reverse"], seed=3)
     recipe = post_training.GRPORecipe(steps=2, prompts=4, group=4, max_new_tokens=6)
+
+    # an untrained model's answers are random letters: a reward for a first letter before "n" differs within a
+    # group, so the advantages are not all 0 and the policy must move (first_letter_reward is 0 on every answer)
+    def early_letter(answer, expected):
+        return float(answer[:1] < "n")
+
     history = post_training.train_grpo(
-        model, reference, tok, lambda s: pool[4 * s : 4 * s + 4], post_training.first_letter_reward, recipe, quiet=True
+        model, reference, tok, lambda s: pool[4 * s : 4 * s + 4], early_letter, recipe, quiet=True
     )
     assert [h["step"] for h in history] == [1, 2]
+    assert 0 < history[0]["reward"] < 1
     assert all(0 <= h["reward"] <= 1 and h["length"] >= 0 and h["kl"] >= 0 for h in history)
     assert history[0]["kl"] == pytest.approx(0.0, abs=1e-5)  # the first group is sampled from the reference itself
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))

@@ -67,6 +67,7 @@ def instruction_words(*, held_out: float = 0.2, seed: int = 0) -> tuple[list[str
     The held-out words never appear in a training instruction; each list is sorted.
     """
     fraction = _checks.fraction("held_out", held_out)
+    _checks.positive_int("seed", seed, minimum=0)
     text = fetch("tinyshakespeare").read_text(encoding="utf-8")
     words = sorted(set(words_of(text, min_len=3, max_len=5)))
     random.Random(seed).shuffle(words)
@@ -77,7 +78,14 @@ def instruction_words(*, held_out: float = 0.2, seed: int = 0) -> tuple[list[str
 def answer_of(kind: str, words: Sequence[str], index: int = 0) -> str:
     """The answer to an instruction of ``kind`` about ``words`` (``index``: which ordinal, for "nth word")."""
     _checks.choice("kind", kind, KINDS)
-    return KINDS[kind].answer(list(words), index)
+    words = _checks.texts("words", words, nonempty=True)
+    low, high = KINDS[kind].n_words
+    if not low <= len(words) <= high:
+        raise ValueError(f"words must be {low} to {high} words for the kind {kind!r}, got {len(words)}")
+    _checks.positive_int("index", index, minimum=0)
+    if index >= len(ORDINALS):
+        raise ValueError(f"index must name one of the ordinals {ORDINALS} (0 to {len(ORDINALS) - 1}), got {index}")
+    return KINDS[kind].answer(words, index)
 
 
 def instructions(
@@ -97,6 +105,7 @@ def instructions(
     words = _checks.texts("words", words, nonempty=True)
     kinds = [_checks.choice("kinds", k, KINDS) for k in _checks.texts("kinds", kinds, nonempty=True)]
     _checks.choice("phrasing", phrasing, ("train", "held out"))
+    _checks.positive_int("seed", seed, minimum=0)
     rng = random.Random(seed)
     out = []
     for _ in range(n):
