@@ -19,15 +19,15 @@ breaks, and how much the output moves when a head's weights are permuted or made
     python benchmarks/bench_interpret.py --smoke          # a few steps of everything, nothing written
 
 Writes benchmarks/results/interpret.json, the lab's checkpoint and the bench_interpret section of
-benchmarks/README.md. A checkpoint already in place is compared with the one trained again (the largest
-difference of a weight is recorded): the shipped file is reproduced when that difference is 0.
+benchmarks/README.md. A checkpoint already in place is compared with the one trained again: the largest
+difference of a weight is recorded, and the run fails (exit status 1, after writing) unless it is 0, that is
+unless the shipped file is reproduced.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -36,26 +36,14 @@ from pathlib import Path
 
 import torch
 from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
-from attnbook import attention, attribution, data, interpret, models, train, train_lm
+from attnbook import attention, attribution, circuits, data, interpret, interpret_experiment, models, train_lm
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "interpret.json"
 CHECKPOINT = data.packaged_dir() / interpret.LAB_GPT
 START, END = "<!-- bench_interpret:start -->", "<!-- bench_interpret:end -->"
 
-# The chapter's recipe for the induction-head models (chapters/16_what_attention_learns.md checks it is its own).
-RECIPE = {
-    "vocab_size": 26,  # the letters a to z
-    "halves": [6, 24],  # each batch: a first half of 6 to 24 random letters, then its repeat
-    "batch_size": 32,
-    "steps": 400,
-    "lr": 3e-3,
-    "n_heads": 2,
-    "d_model": 64,
-    "eval_every": 25,
-    "probe_size": 64,  # evaluation: 64 sequences of each of these half lengths (seed 1)
-    "probe_halves": [8, 12, 16, 20],
-}
+RECIPE = interpret_experiment.RECIPE  # the chapter's recipe for the induction-head models
 INDUCTION_SEEDS = [0, 1, 2, 3, 4]
 LAB_SEEDS = [1337, 1338, 1339]
 MARGIN = 0.05  # nats: how much the validation loss may rise while heads are removed
@@ -64,137 +52,146 @@ MARGIN = 0.05  # nats: how much the validation loss may rise while heads are rem
 # --- part 1: induction heads -----------------------------------------------------------------------------
 
 
-def induction_probes(recipe: dict) -> dict:
-    """{half: (sequences drawn as in training, sequences with a first half of distinct letters)}, seed 1."""
-    g = torch.Generator().manual_seed(1)
-    n, V = recipe["probe_size"], recipe["vocab_size"]
-    return {
-        half: (
-            interpret.repeated_tokens(n, half, V, generator=g),
-            interpret.repeated_tokens(n, half, V, distinct=True, generator=g),
-        )
-        for half in recipe["probe_halves"]
-    }
-
-
-@torch.no_grad()
-def measure_induction(model, probes: dict) -> dict:
-    """The losses on the probes, and every head's scores on their distinct twins, averaged over the lengths."""
-    out = {}
-    for ids, distinct in probes.values():
-        first, repeat = interpret.repeat_losses(model(ids), ids)
-        _, weights = model(distinct, return_weights=True)
-        scores = {"first half": first, "repeat": repeat}
-        for layer, w in enumerate(weights):
-            for head, score in enumerate(interpret.prefix_matching_score(w)):
-                scores[f"prefix L{layer + 1}H{head + 1}"] = score
-        for head, score in enumerate(interpret.previous_token_score(weights[0])):
-            scores[f"previous L1H{head + 1}"] = score
-        for k, v in scores.items():
-            out[k] = out.get(k, 0.0) + v.item() / len(probes)
-    return out
-
-
 def train_induction(n_layers: int, seed: int, recipe: dict, steps: int | None = None):
-    V, (low, high) = recipe["vocab_size"], recipe["halves"]
-    config = interpret.AttentionOnlyConfig(
-        vocab_size=V, block_size=2 * high - 1, n_layers=n_layers, n_heads=recipe["n_heads"], d_model=recipe["d_model"]
-    )
-    probes = induction_probes(recipe)
-    train.seed_everything(seed)
-    model = interpret.AttentionOnly(config)
-    data_gen = torch.Generator().manual_seed(seed)
-
-    def batch(step):
-        half = int(torch.randint(low, high + 1, (1,), generator=data_gen))
-        return interpret.repeated_tokens(recipe["batch_size"], half, V, generator=data_gen)
-
-    def loss_fn(model, ids):
-        return models.lm_loss(model(ids[:, :-1]), ids[:, 1:])
-
-    def measure(model):
-        return measure_induction(model, probes)
-
-    start = measure(model)
-    history = train.fit(
-        model,
-        batch,
-        loss_fn,
-        steps=steps or recipe["steps"],
-        lr=recipe["lr"],
-        evaluate=measure,
-        eval_every=recipe["eval_every"],
-        quiet=True,
-    )
-    curve = {k: [start[k]] + v for k, v in history.evals.items()}
-    return model.eval(), [0] + history.eval_step, curve, history.seconds
-
-
-def phase_change_step(steps: list[int], repeat: list[float], vocab_size: int) -> int | None:
-    """The first evaluated step at which the loss on the repeat is below ln(V) / 2."""
-    return next((s for s, v in zip(steps, repeat) if v < math.log(vocab_size) / 2), None)
+    return interpret_experiment.train(n_layers, seed, recipe, steps=steps, quiet=True)
 
 
 @torch.no_grad()
-def induction_ablations(model, probes: dict) -> dict:
-    """The loss on the repeat with each head removed, and with both heads of the second layer removed."""
+def induction_ablations(model, probes: dict, means: list | None = None) -> dict:
+    """The loss on the repeat with each head removed, and with both heads of the second layer removed: by zero
+    (``means`` None) or by each head's mean (mean-ablation)."""
     out = {}
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     choices = {f"L{l + 1}H{h + 1}": [(l, h)] for l in range(n_layers) for h in range(n_heads)}
     if n_layers > 1:
         choices["both heads of layer 2"] = [(1, h) for h in range(n_heads)]
     for name, heads in choices.items():
-        with interpret.ablate_heads(model, heads):
-            out[name] = measure_induction(model, probes)["repeat"]
+        with interpret.ablate_heads(model, heads, means=means):
+            out[name] = interpret_experiment.measure(model, probes)["repeat"]
     return out
 
 
+ATTRIBUTION_SEEDS = (1001, 1002)  # the sequences, and the letters put in: generators no training run reads
+
+
 def attribution_agreement(model, recipe: dict) -> dict:
-    """How often each method's highest-scoring input is the token the prediction copies (the chapter's test)."""
-    V, half = recipe["vocab_size"], 12
-    g = torch.Generator().manual_seed(2)
-    ids = interpret.repeated_tokens(64, half, V, distinct=True, generator=g)
-    x, y = ids[:, :-1], ids[:, 1:]  # (B, 2L - 1): position t predicts token t + 1
-    t = torch.arange(half, 2 * half - 1)  # predictions inside the repeat
-    source = t - half + 1  # the earlier copy of the token to predict
-    other = (x + torch.randint(1, V, x.shape, generator=torch.Generator().manual_seed(3))) % V
+    """Where each method's highest-scoring inputs are, against the three inputs a copy depends on by
+    construction (the chapter's test): the answer s = t - M + 1 (whose letter is predicted), the current letter
+    t (the query) and the earlier occurrence t - M (which the previous-token head writes into s's key).
+
+    For each method: how often its top input is s ("answer"), how often it is one of the three ("one of the
+    three"), and how often its three top inputs are the three ("top 3").
+    """
+    V, M = recipe["vocab_size"], 12
+    g = torch.Generator().manual_seed(ATTRIBUTION_SEEDS[0])
+    ids = interpret.repeated_tokens(64, M, V, distinct=True, generator=g)
+    x, y = ids[:, :-1], ids[:, 1:]  # (B, 2M - 1): position t predicts token t + 1
+    t = torch.arange(M, 2 * M - 1)  # predictions inside the repeat
+    source = t - M + 1  # the earlier copy of the token to predict
+    truth = torch.stack([source - 1, source, t], dim=-1)  # (P, 3), in increasing order
+    other = (x + torch.randint(1, V, x.shape, generator=torch.Generator().manual_seed(ATTRIBUTION_SEEDS[1]))) % V
     with torch.no_grad():
         _, weights = model(x, return_weights=True)
     maps = {f"attention, layer {l + 1}": w.mean(dim=1) for l, w in enumerate(weights)}
     maps["attention rollout"] = attribution.attention_rollout(weights)
     maps["gradient x input"] = attribution.gradient_x_input(model, x, y).abs()
     maps["token ablation"] = attribution.token_ablation(model, x, y, other)
-    return {name: (m[:, t].argmax(-1) == source).float().mean().item() for name, m in maps.items()}
+    out = {"answer": {}, "one of the three": {}, "top 3": {}}
+    for name, m in maps.items():
+        rows = m[:, t]  # (B, P, T)
+        top = rows.argmax(-1)  # (B, P)
+        top3 = rows.topk(3, dim=-1).indices.sort(dim=-1).values  # (B, P, 3)
+        out["answer"][name] = (top == source).float().mean().item()
+        out["one of the three"][name] = (top[..., None] == truth).any(-1).float().mean().item()
+        out["top 3"][name] = (top3 == truth).all(-1).float().mean().item()
+    return out
+
+
+@torch.no_grad()
+def circuit_measures(model, probes: dict) -> dict:
+    """The circuit read from the weights (``attnbook.circuits``), as the chapter reads it for seed 0.
+
+    - "OV top-1" and "OV copying": every head's full OV circuit, the share of letters whose own logit it
+      raises most and Elhage et al.'s eigenvalue copying score;
+    - "QK direct top-1": for each layer-2 head, the share of query letters whose largest score is on a key
+      holding the same letter; "QK through LlHh top-1": on a key into which that layer-1 head wrote the letter;
+    - "composition": the Q-, K- and V-composition score of every (layer-1 head, layer-2 head) pair;
+    - "DLA lift" and "DLA top-1": on the repeats of the distinct probes, how far each part's direct
+      contribution lifts the right letter's logit above the mean letter's, and how often it ranks it first.
+    """
+    L, H = model.config.n_layers, model.config.n_heads
+    heads = [(l, h) for l in range(L) for h in range(H)]
+    name = lambda l, h: f"L{l + 1}H{h + 1}"  # noqa: E731
+    out = {"OV top-1": {}, "OV copying": {}, "QK direct top-1": {}, "composition": {}}
+    for l, h in heads:
+        ov = circuits.ov_circuit(model, l, h)
+        out["OV top-1"][name(l, h)] = circuits.diagonal_top1(ov).item()
+        out["OV copying"][name(l, h)] = circuits.copying_score(ov).item()
+    for h in range(H):
+        out["QK direct top-1"][name(1, h)] = circuits.diagonal_top1(circuits.qk_circuit(model, 1, h)).item()
+        for h1 in range(H):
+            through = circuits.qk_circuit(model, 1, h, keys_through=(0, h1))
+            out.setdefault(f"QK through {name(0, h1)} top-1", {})[name(1, h)] = circuits.diagonal_top1(through).item()
+            pair = f"{name(0, h1)} -> {name(1, h)}"
+            out["composition"][pair] = {
+                k: v.item() for k, v in circuits.composition_scores(model, (0, h1), (1, h)).items()
+            }
+    lift, top1 = {}, {}
+    for M, (_, distinct) in probes.items():
+        parts, names = circuits.direct_logit_attribution(model, distinct[:, :-1])  # (B, 2M - 1, C, V)
+        t = torch.arange(M, 2 * M - 1)  # predictions of the repeat's letters after its first
+        right = distinct[:, t + 1]  # (B, P): the letter to predict
+        p = parts[:, t]  # (B, P, C, V)
+        on_right = p.gather(-1, right[:, :, None, None].expand(-1, -1, p.shape[2], 1))[..., 0]  # (B, P, C)
+        for c, part in enumerate(names):
+            lift[part] = lift.get(part, 0.0) + (on_right[..., c] - p[..., c, :].mean(-1)).mean().item() / len(probes)
+            hit = (p[..., c, :].argmax(-1) == right).float().mean().item()
+            top1[part] = top1.get(part, 0.0) + hit / len(probes)
+    out["DLA lift"], out["DLA top-1"] = lift, top1
+    return out
 
 
 def run_induction(seeds: list[int], recipe: dict, smoke: bool) -> dict:
     steps = 20 if smoke else None
+    probes = interpret_experiment.probes(recipe)
     runs = []
     for seed in seeds:
         for n_layers in (2, 1):
             t0 = time.perf_counter()
             model, eval_steps, curve, seconds = train_induction(n_layers, seed, recipe, steps)
+            means = interpret.mean_heads(model, probes[max(probes)][0])  # over the longest probes
             run = {
                 "seed": seed,
                 "n_layers": n_layers,
                 "train_seconds": round(seconds, 2),
                 "steps": eval_steps,
                 "curve": {k: [round(v, 5) for v in vals] for k, vals in curve.items()},
-                "phase_change_step": phase_change_step(eval_steps, curve["repeat"], recipe["vocab_size"]),
+                "phase_change_step": interpret_experiment.phase_change_step(
+                    eval_steps, curve["repeat"], recipe["vocab_size"]
+                ),
                 "final": {k: round(v[-1], 5) for k, v in curve.items()},
-                "ablation_repeat_loss": {
-                    k: round(v, 5) for k, v in induction_ablations(model, induction_probes(recipe)).items()
+                "ablation_repeat_loss": {k: round(v, 5) for k, v in induction_ablations(model, probes).items()},
+                "mean_ablation_repeat_loss": {
+                    k: round(v, 5) for k, v in induction_ablations(model, probes, means).items()
                 },
             }
             if n_layers == 2:
-                run["attribution_agreement"] = {k: round(v, 5) for k, v in attribution_agreement(model, recipe).items()}
+                run["attribution_agreement"] = _rounded(attribution_agreement(model, recipe))
+                run["circuits"] = _rounded(circuit_measures(model, probes))
             runs.append(run)
             print(
                 f"induction seed {seed}, {n_layers} layer(s): repeat {run['final']['repeat']:.3f}, phase change at "
                 f"{run['phase_change_step']} ({time.perf_counter() - t0:.1f} s)",
                 flush=True,
             )
-    return {"recipe": recipe, "runs": runs}
+    g = torch.Generator().manual_seed(0)
+    baseline = circuits.random_composition_score(recipe["d_model"], recipe["d_model"] // recipe["n_heads"], generator=g)
+    return {"recipe": recipe, "random_composition_score": round(baseline.item(), 5), "runs": runs}
+
+
+def _rounded(tree):
+    """Floats rounded to 5 decimals, in nested dictionaries."""
+    return {k: _rounded(v) if isinstance(v, dict) else round(v, 5) for k, v in tree.items()}
 
 
 # --- part 2: the lab's GPT --------------------------------------------------------------------------------
@@ -230,12 +227,28 @@ def analyse_lab(model, val: torch.Tensor, vocab: str) -> dict:
     out["repeat_losses"] = [first.item(), repeat.item()]
     out["prefix"] = torch.stack([interpret.prefix_matching_score(w) for w in weights]).tolist()
     out["previous"] = torch.stack([interpret.previous_token_score(w) for w in weights]).tolist()
-    # which heads matter: one at a time, then the least useful ones together
-    delta = {}
+    # the same on the text it was trained on: 128 stretches of 32 characters of the validation split, repeated
+    stretches = val[: 128 * 32].view(128, 32)
+    natural = torch.cat([stretches, stretches], dim=1)  # (128, 64)
+    logits, weights = model(natural, return_weights=True)
+    first, repeat = interpret.repeat_losses(logits, natural)
+    out["natural_repeat_losses"] = [first.item(), repeat.item()]
+    out["natural_prefix"] = torch.stack([interpret.prefix_matching_score(w) for w in weights]).tolist()
+    # which heads matter: one at a time (by zero and by the head's mean), then the least useful ones together
+    means = interpret.mean_heads(model, subset[:-1].view(128, 64))
+    delta, delta_mean = {}, {}
     for head in heads:
         with interpret.ablate_heads(model, [head]):
             delta[head] = models.evaluate_lm(model, subset) - base
+        with interpret.ablate_heads(model, [head], means=means):
+            delta_mean[head] = models.evaluate_lm(model, subset) - base
     out["ablation_delta"] = [[delta[(l, h)] for h in range(H)] for l in range(L)]
+    out["ablation_delta_mean"] = [[delta_mean[(l, h)] for h in range(H)] for l in range(L)]
+    last_layer = [(L - 1, h) for h in range(H)]
+    out["last_layer_delta"] = {}
+    for kind, fill in (("zero", None), ("mean", means)):
+        with interpret.ablate_heads(model, last_layer, means=fill):
+            out["last_layer_delta"][kind] = models.evaluate_lm(model, subset) - base
     order = sorted(heads, key=lambda head: delta[head])
     pruned = []
     for k in range(1, len(order) + 1):
@@ -361,10 +374,30 @@ def markdown(result: dict) -> str:
                 f"| {name} | {spread([r['phase_change_step'] for r in runs])} | {spread(first)} | "
                 f"{spread(repeat)} | {spread(prefix)} | {spread([r['train_seconds'] for r in runs])} |"
             )
-        methods = list(two[0]["attribution_agreement"])
-        rows += ["", "Top-ranked input = the token the prediction copies (two-layer models):", ""]
-        rows += ["| method | agreement |", "|---|---|"]
-        rows += [f"| {m} | {spread([r['attribution_agreement'][m] for r in two])} |" for m in methods]
+        kinds = list(two[0]["attribution_agreement"])
+        methods = list(two[0]["attribution_agreement"][kinds[0]])
+        rows += [
+            "",
+            "Attribution against the three inputs a copy depends on (two-layer models): the top input is the answer "
+            "s, the top input is one of s, t and t - M, the three top inputs are those three:",
+            "",
+            "| method | " + " | ".join(kinds) + " |",
+            "|---|" + "---|" * len(kinds),
+        ]
+        for m in methods:
+            rows.append(
+                f"| {m} | " + " | ".join(spread([r["attribution_agreement"][k][m] for r in two]) for k in kinds) + " |"
+            )
+        rows += [
+            "",
+            "The circuit in the weights (two-layer models; layer-2 heads): OV circuit top-1 = own letter "
+            f"{spread([v for r in two for k, v in r['circuits']['OV top-1'].items() if k.startswith('L2')])}, "
+            "eigenvalue copying score "
+            f"{spread([v for r in two for k, v in r['circuits']['OV copying'].items() if k.startswith('L2')])}; "
+            "K-composition with the previous-token head "
+            f"{spread([v['K'] for r in two for k, v in r['circuits']['composition'].items()])} (every pair) against "
+            f"{ind['random_composition_score']:.3g} for random matrices.",
+        ]
     lab = result.get("lab")
     if lab:
         runs = lab["runs"]
@@ -432,6 +465,10 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     write_readme(result)
     print(markdown(result))
+    difference = result.get("lab", {}).get("largest_weight_difference_from_the_shipped_file")
+    if difference:
+        print(f"the lab's GPT trained again differs from the shipped file (largest weight difference {difference})")
+        return 1
     return 0
 
 

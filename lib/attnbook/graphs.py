@@ -291,62 +291,55 @@ def _ring(nodes: list[int]) -> list[tuple[int, int]]:
     return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
 
 
-def two_ring_graphs(
-    n_graphs: int, n_nodes=(15, 20), *, min_ring: int = 5, min_gap: int = 5, seed: int = 0
-) -> GraphBatch:
+def two_ring_graphs(n_graphs: int, ring_sizes=range(10, 15), *, min_gap: int = 5, seed: int = 0) -> GraphBatch:
     """Two rings of nodes with two marked nodes: label 1 if the marks are on the same ring, 0 if not.
 
-    Each graph has N nodes, N uniform in ``n_nodes`` = (low, high) inclusive, in two rings: every node has
-    exactly two neighbours. The first ring has a >= max(3, 2 * ``min_gap``) nodes, the second N - a >= ``min_ring``,
-    with the same distribution of sizes for both labels. Two nodes are marked (type 1, the others type 0):
-    both on the first ring, at least ``min_gap`` edges apart (label 1), or one on each ring (label 0). Node
-    numbers are shuffled, so that the order of the tokens says nothing.
+    Each graph is two rings of the same size m, drawn uniformly from ``ring_sizes`` (a list or range of the
+    sizes allowed, each >= max(3, 2 * ``min_gap``), so that test graphs can have sizes no training graph
+    has): 2m nodes, every one with exactly two neighbours and on a ring of m nodes, whatever the label, so
+    the size of a mark's ring says nothing about the answer. Two nodes are marked (type 1, the others
+    type 0): both on the first ring, at least ``min_gap`` edges apart both ways round (label 1), or one on
+    each ring (label 0). Node numbers are shuffled, so that the order of the tokens says nothing.
 
     A model that sees only L < min_gap hops around each node (L rounds of message passing) cannot
-    answer: with ``min_ring`` >= 2L + 1 every node's L-hop view is a path of 2L + 1 nodes holding at most
-    one mark, and both kinds of graph of a given size have the same collection of such views.
+    answer: with m >= 2L + 1 every node's L-hop view is a path of 2L + 1 nodes holding at most one mark,
+    and both kinds of graph of a given size have the same collection of such views.
 
-    Shapes: see :class:`GraphBatch`; padded to N = high nodes.
+    Shapes: see :class:`GraphBatch`; padded to N = 2 max(ring_sizes) nodes.
 
     Chapter: beyond text.
     """
     n_graphs = _checks.positive_int("n_graphs", n_graphs)
-    low, high = _checks.int_pair("n_nodes", n_nodes)
-    min_ring = _checks.positive_int("min_ring", min_ring, minimum=3)
     min_gap = _checks.positive_int("min_gap", min_gap)
-    smallest = max(3, 2 * min_gap)  # the smallest first ring: a ring, with room for two marks min_gap apart
-    if low < smallest + min_ring or high < low:
-        raise ValueError(
-            f"n_nodes must be (low, high) with max(3, 2 * min_gap) + min_ring = {smallest + min_ring} "
-            f"<= low <= high, got {n_nodes!r}"
-        )
+    smallest = max(3, 2 * min_gap)  # a ring, with room for two marks min_gap apart both ways round
+    sizes = _check_ring_sizes(ring_sizes, smallest)
     g = torch.Generator().manual_seed(_checks.positive_int("seed", seed, minimum=0))
-    adjacency = torch.zeros(n_graphs, high, high, dtype=torch.bool)
-    nodes = torch.zeros(n_graphs, high, dtype=torch.bool)
-    features = torch.zeros(n_graphs, high, dtype=torch.long)
+    N = 2 * int(sizes.max())
+    adjacency = torch.zeros(n_graphs, N, N, dtype=torch.bool)
+    nodes = torch.zeros(n_graphs, N, dtype=torch.bool)
+    features = torch.zeros(n_graphs, N, dtype=torch.long)
     labels = torch.zeros(n_graphs, dtype=torch.long)
-    sizes = torch.randint(low, high + 1, (n_graphs,), generator=g)
+    ring = sizes[torch.randint(len(sizes), (n_graphs,), generator=g)]  # (B,) m of each graph
 
     def draw(lo: int, hi: int) -> int:  # uniform in [lo, hi]
         return int(torch.randint(lo, hi + 1, (1,), generator=g))
 
     for b in range(n_graphs):
-        n = int(sizes[b])
-        order = torch.randperm(n, generator=g).tolist()  # node numbers in random order
-        a = draw(smallest, n - min_ring)  # the first ring's size
-        first, second = order[:a], order[a:]
-        start = draw(0, a - 1)
+        m = int(ring[b])
+        order = torch.randperm(2 * m, generator=g).tolist()  # node numbers in random order
+        first, second = order[:m], order[m:]
+        start = draw(0, m - 1)
         same = b % 2 == 0
         if same:  # both marks on the first ring, at least min_gap edges apart both ways round
-            marks = [first[start], first[(start + draw(min_gap, a - min_gap)) % a]]
+            marks = [first[start], first[(start + draw(min_gap, m - min_gap)) % m]]
         else:
-            marks = [first[start], second[draw(0, n - a - 1)]]
-        adjacency[b, :n, :n] = adjacency_from_edges(_ring(first) + _ring(second), n)
-        nodes[b, :n] = True
+            marks = [first[start], second[draw(0, m - 1)]]
+        adjacency[b, : 2 * m, : 2 * m] = adjacency_from_edges(_ring(first) + _ring(second), 2 * m)
+        nodes[b, : 2 * m] = True
         features[b, marks] = 1
         labels[b] = int(same)
     shuffle = torch.randperm(n_graphs, generator=g)
-    return GraphBatch(adjacency[shuffle], nodes[shuffle], features[shuffle], labels[shuffle], sizes[shuffle])
+    return GraphBatch(adjacency[shuffle], nodes[shuffle], features[shuffle], labels[shuffle], 2 * ring[shuffle])
 
 
 MASKS = ("full", "adjacency")
@@ -452,3 +445,17 @@ class GraphTransformer(nn.Module):
         h, weights = out if return_weights else (out, None)  # (B, N, D)
         logits = self.head(masked_mean(h, nodes))  # (B, n_classes)
         return (logits, weights) if return_weights else logits
+
+
+def _check_ring_sizes(ring_sizes, smallest: int) -> torch.Tensor:
+    """The ring sizes allowed, a non-empty list of integers >= ``smallest``, as a (K,) tensor without repeats."""
+    what = "a list or range of ring sizes (integers)"
+    sizes = _checks.as_integers("ring_sizes", ring_sizes, what=what)
+    if sizes.dim() != 1 or sizes.numel() == 0:
+        raise ValueError(f"ring_sizes must be {what}, at least one, got {ring_sizes!r}")
+    if int(sizes.min()) < smallest:
+        raise ValueError(
+            f"ring_sizes must be at least max(3, 2 * min_gap) = {smallest} (a ring with room for two marks "
+            f"min_gap apart both ways round), got {int(sizes.min())}"
+        )
+    return sizes.unique()

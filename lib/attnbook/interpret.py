@@ -8,9 +8,11 @@ The chapter's tools, each short enough to read next to its equation:
   :func:`repeat_losses` (the loss on the tokens no model can know, and on the tokens a copy predicts),
   :func:`prefix_matching_score` (the weight from a token to the token after its earlier occurrence) and
   :func:`previous_token_score` (the weight on the token just before);
-- interventions: :func:`ablate_heads` (remove heads by zeroing their slice of the input of ``W_o``, with a
-  hook) and :func:`edit_attention` (run a layer with one head's weights replaced: permuted, uniform,
-  adversarial), on the layers :func:`attention_layers` finds;
+- interventions: :func:`ablate_heads` (remove heads by replacing their slice of the input of ``W_o`` with
+  zero, or with its mean from :func:`mean_heads`, with a hook) and :func:`edit_attention` (run a layer with
+  one head's weights replaced: permuted, uniform, adversarial), on the layers :func:`attention_layers` finds;
+- reading the circuit from the weights (QK and OV circuits, composition, direct logit attribution) is in
+  :mod:`attnbook.circuits`;
 - attributions, which input positions a prediction depends on, are in :mod:`attnbook.attribution`;
 - :func:`load_lab_gpt`: the lab's character-level GPT, trained by ``benchmarks/bench_interpret.py`` with the
   lab's recipe and shipped with the library.
@@ -51,6 +53,7 @@ __all__ = [
     "prefix_matching_score",
     "previous_token_score",
     "attention_layers",
+    "mean_heads",
     "ablate_heads",
     "edit_attention",
     "load_lab_gpt",
@@ -157,32 +160,32 @@ def repeated_tokens(
 def repeat_losses(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The mean next-token loss on the tokens no model can know, and on the tokens a copy predicts.
 
-    For ``ids`` = a first half of L random tokens and its repeat (:func:`repeated_tokens`), the prediction
-    at position t is of token t + 1. Tokens 1 .. L (the rest of the first half, and the first token of the
-    repeat, which nothing announces) cannot be known: their loss is at best ln V. Tokens L + 1 .. 2L - 1
+    For ``ids`` = a first half of M random tokens and its repeat (:func:`repeated_tokens`), the prediction
+    at position t is of token t + 1. Tokens 1 .. M (the rest of the first half, and the first token of the
+    repeat, which nothing announces) cannot be known: their loss is at best ln V. Tokens M + 1 .. 2M - 1
     repeat the token after an earlier occurrence of the current one: a copy predicts them.
 
     Shapes:
-        logits: (B, 2L, V), ids: (B, 2L); returns two scalars (nats)
+        logits: (B, 2M, V), ids: (B, 2M); returns two scalars (nats)
     """
-    L = _check_repeats(logits, ids)
-    nll = F.cross_entropy(_wide(logits[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")  # (B, 2L - 1)
-    return nll[:, :L].mean(), nll[:, L:].mean()  # targets 1 .. L, targets L + 1 .. 2L - 1
+    M = _check_repeats(logits, ids)
+    nll = F.cross_entropy(_wide(logits[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")  # (B, 2M - 1)
+    return nll[:, :M].mean(), nll[:, M:].mean()  # targets 1 .. M, targets M + 1 .. 2M - 1
 
 
 def prefix_matching_score(weights: torch.Tensor) -> torch.Tensor:
     """Each head's mean weight from a token of the repeat to the token after its earlier occurrence.
 
-    On a first half of L tokens and its repeat, query t >= L holds the token of position t - L, which was
-    followed by token t - L + 1: an induction head attends there (Olsson et al., 2022). A head that does so
-    always scores 1; a head with uniform causal weights scores about ln(2) / L.
+    On a first half of M tokens and its repeat, query t >= M holds the token of position t - M, which was
+    followed by token t - M + 1: an induction head attends there (Olsson et al., 2022). A head that does so
+    always scores 1; a head with uniform causal weights scores about ln(2) / M.
 
     Shapes:
-        weights: (B, H, 2L, 2L), one layer's; return: (H,)
+        weights: (B, H, 2M, 2M), one layer's; return: (H,)
     """
-    L = _check_weights("weights", weights, repeats=True)
-    t = torch.arange(L, 2 * L, device=weights.device)  # the queries of the repeat
-    return weights[:, :, t, t - L + 1].mean(dim=(0, 2))  # (H,)
+    M = _check_weights("weights", weights, repeats=True)
+    t = torch.arange(M, 2 * M, device=weights.device)  # the queries of the repeat
+    return weights[:, :, t, t - M + 1].mean(dim=(0, 2))  # (H,)
 
 
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
@@ -206,15 +209,38 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, (MultiHeadAttention, GroupedQueryAttention))]
 
 
+@torch.no_grad()
+def mean_heads(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
+    """Each attention layer's heads (the input of its ``W_o``, the heads side by side) averaged over the
+    batch and the positions of ``ids``: what mean-ablation puts in place of a head (:func:`ablate_heads`).
+
+    Shapes:
+        ids: (B, T) token ids; return: a list of n_layers (H * Dh,), first layer first
+    """
+    layers = _check_model_ids(model, ids)
+    heads = []
+    hooks = [layer.W_o.register_forward_pre_hook(lambda m, args: heads.append(args[0])) for layer in layers]
+    try:
+        model(ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [z.flatten(0, -2).mean(dim=0) for z in heads]  # (H * Dh,) per layer
+
+
 @contextlib.contextmanager
-def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]):
+def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]], *, means: list[torch.Tensor] | None = None):
     """Within the ``with`` block, ``model`` runs without the heads ``heads`` = [(layer, head), ...].
 
     Head h of a layer reaches the output only through its slice h*Dh .. (h+1)*Dh - 1 of the input of
-    ``W_o``; a forward pre-hook on ``W_o`` multiplies that slice by zero (the same as zeroing those columns of
-    ``W_o``, without touching the weights). Layers and heads count from 0.
+    ``W_o``; a forward pre-hook on ``W_o`` replaces that slice, without touching the weights. Without
+    ``means`` it is replaced by zero (zero-ablation, the same as zeroing those columns of ``W_o``); with
+    ``means``, each layer's mean heads from :func:`mean_heads`, by its mean (mean-ablation: the head still
+    writes what it writes on average, and no longer anything that depends on the input). Layers and heads
+    count from 0.
     """
     layers, chosen = _check_heads("heads", heads, model)
+    _check_means(means, layers)
     hooks = []
     try:
         for i, layer in enumerate(layers):
@@ -222,18 +248,20 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]):
             if gone:
                 keep = torch.ones(layer.n_heads)  # (H,)
                 keep[gone] = 0.0
-                hooks.append(layer.W_o.register_forward_pre_hook(_scale_heads(keep, layer.d_head)))
+                mean = None if means is None else means[i]
+                hooks.append(layer.W_o.register_forward_pre_hook(_replace_heads(keep, layer.d_head, mean)))
         yield model
     finally:
         for hook in hooks:
             hook.remove()
 
 
-def _scale_heads(keep: torch.Tensor, d_head: int):
+def _replace_heads(keep: torch.Tensor, d_head: int, mean: torch.Tensor | None):
     def hook(module, args):
         x = args[0]  # (B, T, H * Dh): the heads side by side
-        gate = keep.repeat_interleave(d_head).to(x.device, x.dtype)  # (H * Dh,)
-        return (x * gate, *args[1:])
+        gate = keep.repeat_interleave(d_head).to(x.device, x.dtype)  # (H * Dh,): 1 kept, 0 removed
+        out = x * gate if mean is None else x * gate + mean.to(x.device, x.dtype) * (1 - gate)
+        return (out, *args[1:])
 
     return hook
 
@@ -350,11 +378,11 @@ def _check_sizes(n, half, vocab_size, distinct, generator) -> None:
 
 
 def _check_repeats(logits, ids) -> int:
-    """Logits (B, 2L, V) and ids (B, 2L) of sequences of even length 2L >= 2 (a half and its repeat); returns L."""
+    """Logits (B, 2M, V) and ids (B, 2M) of sequences of even length 2M >= 2 (a half and its repeat); returns M."""
     _checks.tensor("ids", ids, ndim=2)
     if ids.shape[0] == 0 or ids.shape[1] < 2 or ids.shape[1] % 2:
         raise ValueError(
-            f"ids must be a batch of sequences of even length 2L >= 2 (a half and its repeat), "
+            f"ids must be a batch of sequences of even length 2M >= 2 (a half and its repeat), "
             f"got shape {_checks.shape_str(ids.shape)}"
         )
     _checks.tensor("logits", logits, ndim=3, floating=True)
@@ -373,7 +401,7 @@ def _check_weights(name: str, weights, *, repeats: bool = False, shortest: int =
     _checks.tensor(name, weights, ndim=4, floating=True)
     B, H, Tq, Tk = weights.shape
     if Tq != Tk or Tq < shortest or B == 0 or H == 0 or (repeats and Tq % 2):
-        kind = "T = 2L, a half and its repeat" if repeats else f"T >= {shortest}"
+        kind = "T = 2M, a half and its repeat" if repeats else f"T >= {shortest}"
         raise ValueError(
             f"{name} must be self-attention weights (B, H, T, T) with B, H >= 1 and {kind}, "
             f"got shape {_checks.shape_str(weights.shape)}"
@@ -401,6 +429,31 @@ def _check_heads(name: str, heads, model) -> tuple[list[nn.Module], list[tuple[i
             )
         chosen.append((layer, head))
     return layers, chosen
+
+
+def _check_model_ids(model, ids) -> list[nn.Module]:
+    """A GPT or an AttentionOnly model and token ids (B, T) it can read; returns its attention layers."""
+    _, vocab_size, block_size = _language_model("model", model)
+    _check_ids("ids", ids, vocab_size, block_size)
+    return attention_layers(model)
+
+
+def _check_means(means, layers) -> None:
+    """None, or one floating (H * Dh,) tensor per attention layer (from mean_heads)."""
+    if means is None:
+        return
+    if isinstance(means, torch.Tensor) or not isinstance(means, (list, tuple)) or len(means) != len(layers):
+        raise TypeError(
+            f"means must be a list of {len(layers)} tensors, one per attention layer (from mean_heads), "
+            f"got {type(means).__name__}{f' of length {len(means)}' if isinstance(means, (list, tuple)) else ''}"
+        )
+    for i, (mean, layer) in enumerate(zip(means, layers)):
+        _checks.tensor(f"means[{i}]", mean, ndim=1, floating=True)
+        if mean.shape[0] != layer.n_heads * layer.d_head:
+            raise ValueError(
+                f"means[{i}] must have H * Dh = {layer.n_heads * layer.d_head} entries (the heads of layer {i}), "
+                f"got shape {_checks.shape_str(mean.shape)}"
+            )
 
 
 def _language_model(name: str, model) -> tuple[nn.Embedding, int, int]:

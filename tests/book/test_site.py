@@ -111,6 +111,7 @@ def test_page(server, browser, path):
         if views:
             page.evaluate("() => attnbookWidgets.load()")
             page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=15_000)
+            page.wait_for_function("() => attnbookWidgets.settled()", timeout=15_000)
             assert page.locator(".jupyter-widgets").count() >= views
             assert "Error rendering" not in page.content()
 
@@ -230,6 +231,7 @@ def test_page_in_dark_mode_on_a_phone(server, browser, path):
             # widgets do not follow the mode: the theme shows them on a light card; their text must stay dark
             page.evaluate("() => attnbookWidgets.load()")
             page.locator(".jupyter-widgets").first.wait_for(state="attached", timeout=15_000)
+            page.wait_for_function("() => attnbookWidgets.settled()", timeout=15_000)
             colours = page.evaluate("""() => Array.from(document.querySelectorAll('.widget-subarea .widget-label'))
                 .map(e => [getComputedStyle(e).color,
                            getComputedStyle(e.closest('.widget-subarea')).backgroundColor])""")

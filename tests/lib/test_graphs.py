@@ -108,21 +108,32 @@ def test_distance_bias_looks_up_one_number_per_head_and_distance():
 
 
 def test_two_ring_graphs():
-    batch = graphs.two_ring_graphs(40, (15, 18), seed=3)
-    assert batch.adjacency.shape == (40, 18, 18) and batch.labels.float().mean() == 0.5
+    batch = graphs.two_ring_graphs(40, [10, 12], seed=3)
+    assert batch.adjacency.shape == (40, 24, 24) and batch.labels.float().mean() == 0.5
+    assert set(batch.n_nodes.tolist()) == {20, 24}
     for b in range(40):
         n = int(batch.n_nodes[b])
         A = batch.adjacency[b, :n, :n]
         assert torch.equal(A.sum(-1), torch.full((n,), 2))  # every node has two neighbours
         assert not batch.adjacency[b, n:].any() and not batch.nodes[b, n:].any()
         g = nx.from_numpy_array(A.numpy().astype(int))
-        assert nx.number_connected_components(g) == 2
+        # two rings of the same size: a mark's ring size says nothing about the label
+        assert sorted(map(len, nx.connected_components(g))) == [n // 2, n // 2]
         marks = batch.features[b].nonzero().flatten().tolist()
         assert len(marks) == 2
         same = nx.has_path(g, *marks)
         assert same == bool(batch.labels[b])
         if same:
             assert nx.shortest_path_length(g, *marks) >= 5
+
+
+def test_two_ring_graphs_draw_only_the_ring_sizes_asked_for():
+    """Sizes held out of training stay out: graphs of sizes 11 and 13 only, both labels at each size."""
+    batch = graphs.two_ring_graphs(200, (11, 13), seed=0)
+    assert batch.adjacency.shape[1] == 26
+    for n in (22, 26):
+        assert set(batch.labels[batch.n_nodes == n].tolist()) == {0, 1}
+    assert set(batch.n_nodes.tolist()) == {22, 26}
 
 
 @pytest.mark.parametrize(
@@ -132,7 +143,7 @@ def test_two_ring_graphs():
 def test_graph_transformer_is_invariant_to_renumbering_the_nodes(mask, encoding):
     torch.manual_seed(0)
     model = graphs.GraphTransformer(mask, encoding, d_model=16, n_heads=2, n_layers=2).double().eval()
-    batch = graphs.two_ring_graphs(4, (15, 16), seed=1)
+    batch = graphs.two_ring_graphs(4, (10, 11), seed=1)
     N = batch.adjacency.shape[1]
     eig = torch.zeros(4, N, 4, dtype=torch.float64)
     for b, n in enumerate(batch.n_nodes.tolist()):
@@ -164,7 +175,7 @@ def test_message_passing_cannot_tell_the_two_kinds_of_graph_apart():
     """With the adjacency mask and 2 layers, each node sees 2 hops: both labels give the same logits per size."""
     torch.manual_seed(0)
     model = graphs.GraphTransformer("adjacency", "none", d_model=16, n_heads=2, n_layers=2).double().eval()
-    batch = graphs.two_ring_graphs(60, (15, 17), seed=2)
+    batch = graphs.two_ring_graphs(60, (10, 11, 12), seed=2)
     logits = model(batch.features, batch.adjacency, batch.nodes)
     for n in batch.n_nodes.unique():
         rows = logits[batch.n_nodes == n]
@@ -202,7 +213,12 @@ def test_message_passing_cannot_tell_the_two_kinds_of_graph_apart():
             ValueError,
             r"encoding='laplacian' needs eigenvectors",
         ),
-        (lambda: graphs.two_ring_graphs(4, (8, 10)), ValueError, r"n_nodes must be \(low, high\)"),
+        (
+            lambda: graphs.two_ring_graphs(4, (8, 10)),
+            ValueError,
+            r"ring_sizes must be at least max\(3, 2 \* min_gap\) = 10",
+        ),
+        (lambda: graphs.two_ring_graphs(4, []), ValueError, r"ring_sizes must be a list or range of ring sizes"),
     ],
 )
 def test_bad_input_errors(call, error, match):
@@ -211,7 +227,7 @@ def test_bad_input_errors(call, error, match):
 
 
 def test_the_smallest_gap_still_makes_rings_and_odd_inputs_are_refused():
-    batch = graphs.two_ring_graphs(20, (6, 7), min_ring=3, min_gap=1, seed=1)
+    batch = graphs.two_ring_graphs(20, (3, 4), min_gap=1, seed=1)
     for b in range(len(batch)):
         n = int(batch.n_nodes[b])
         degrees = batch.adjacency[b, :n, :n].sum(-1)

@@ -158,7 +158,7 @@ def test_scores_of_hand_made_heads():
     assert interpret.prefix_matching_score(previous).item() == 0.0
     expected = sum(1 / (t + 1) for t in range(L, T)) / L  # about ln(2) / L
     assert math.isclose(interpret.prefix_matching_score(uniform).item(), expected, rel_tol=1e-6)
-    with pytest.raises(ValueError, match="T = 2L, a half and its repeat"):
+    with pytest.raises(ValueError, match="T = 2M, a half and its repeat"):
         interpret.prefix_matching_score(torch.ones(1, 1, 5, 5) / 5)
 
 
@@ -202,6 +202,78 @@ def test_ablate_heads_equals_zeroing_the_columns_of_W_o(make):
     with pytest.raises(ValueError, match="no attention layer"):
         with interpret.ablate_heads(nn.Linear(2, 2), [(0, 0)]):
             pass
+
+
+def heads_by_hand(model, ids):
+    """Each layer's heads side by side (the input of W_o), from an AttentionOnly model written out."""
+    x = model.embed.weight[ids] + model.positions.weight[: ids.shape[1]]
+    out = []
+    for norm, attn in zip(model.norms, model.attns):
+        h = F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias)
+        _, w = attn(h, is_causal=True, return_weights=True)  # (B, H, T, T)
+        B, T, D = h.shape
+        v = attn.W_v(h).view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)  # (B, H, T, Dh)
+        z = (w @ v).transpose(1, 2).reshape(B, T, D)
+        out.append(z)
+        x = x + attn.W_o(z)
+    return out
+
+
+@pytest.mark.parametrize("make", [attention_only, small_gpt, lambda: small_gpt(n_kv_heads=1)], ids=["ao", "gpt", "gqa"])
+def test_mean_ablation_equals_the_heads_columns_of_W_o_turned_into_a_bias(make):
+    """Replacing head h's input of W_o by its mean m_h is W_o without the head's columns, plus a bias W_o[:, h] m_h."""
+    model = make()
+    ids = ids_of(3, 9)
+    means = interpret.mean_heads(model, ids)
+    if isinstance(model, interpret.AttentionOnly):
+        for got, z in zip(means, heads_by_hand(model, ids)):
+            torch.testing.assert_close(got, z.mean(dim=(0, 1)))
+    with torch.no_grad():
+        before = model(ids)
+    for heads in ([(0, 1)], [(1, 0)], [(0, 0), (1, 1)]):
+        edited = copy.deepcopy(model)
+        layers = interpret.attention_layers(edited)
+        for layer, head in heads:
+            W_o, Dh = layers[layer].W_o, layers[layer].d_head
+            cols = slice(head * Dh, (head + 1) * Dh)
+            bias = W_o.weight[:, cols] @ means[layer][cols]
+            new = nn.Linear(W_o.in_features, W_o.out_features).double()
+            with torch.no_grad():
+                new.weight.copy_(W_o.weight)
+                new.weight[:, cols] = 0.0
+                new.bias.copy_(bias + (W_o.bias if W_o.bias is not None else 0.0))
+            layers[layer].W_o = new
+        with torch.no_grad(), interpret.ablate_heads(model, heads, means=means):
+            torch.testing.assert_close(model(ids), edited(ids))
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids), before)  # the hook is gone after the block
+
+
+def test_mean_ablation_changes_nothing_where_a_head_always_writes_its_mean():
+    """On one position of identical sequences every head's output is its mean: mean-ablation is a no-op, while
+    zero-ablation changes the output."""
+    model = attention_only()
+    ids = torch.full((4, 1), 3)
+    means = interpret.mean_heads(model, ids)
+    with torch.no_grad():
+        before = model(ids)
+        with interpret.ablate_heads(model, [(0, 0), (1, 1)], means=means):
+            torch.testing.assert_close(model(ids), before)
+        with interpret.ablate_heads(model, [(0, 0), (1, 1)]):
+            assert not torch.allclose(model(ids), before)
+
+
+def test_ablate_heads_refuses_bad_means():
+    model = attention_only()
+    means = interpret.mean_heads(model, ids_of(2, 5))
+    with pytest.raises(TypeError, match="means must be a list of 2 tensors, one per attention layer"):
+        with interpret.ablate_heads(model, [(0, 0)], means=means[:1]):
+            pass
+    with pytest.raises(ValueError, match="means\\[1\\] must have H \\* Dh = 8 entries"):
+        with interpret.ablate_heads(model, [(0, 0)], means=[means[0], means[1][:4]]):
+            pass
+    with pytest.raises(ValueError, match="ids has length T=13"):
+        interpret.mean_heads(model, ids_of(1, 13))
 
 
 def naive_layer_output(layer, x, head, new_weights):

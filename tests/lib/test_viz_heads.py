@@ -48,7 +48,8 @@ def test_attribution_figure_scales_each_method_and_outlines_the_truth():
     maps = {"attention": torch.tensor([0.1, 0.6, 0.3]), "ablation": torch.tensor([-2.0, 0.5, 1.0])}
     fig = viz.attribution_figure(maps, ["a", "b", "a"], truth=1, title="t")
     heat = fig.data[0]
-    np.testing.assert_allclose(heat.z, [[1 / 6, 1.0, 0.5], [1.0, 0.25, 0.5]], rtol=1e-6)  # |row| / max |row|
+    # each row over its largest value; a negative score (the replacement made the prediction likelier) drawn as 0
+    np.testing.assert_allclose(heat.z, [[1 / 6, 1.0, 0.5], [0.0, 0.5, 1.0]], rtol=1e-6)
     np.testing.assert_allclose(heat.customdata, [[0.1, 0.6, 0.3], [-2.0, 0.5, 1.0]], rtol=1e-6)  # the raw values
     assert list(heat.y) == ["attention", "ablation"]
     assert len(set(heat.x)) == 3  # repeated tokens stay distinct columns
@@ -58,3 +59,19 @@ def test_attribution_figure_scales_each_method_and_outlines_the_truth():
         viz.attribution_figure(maps, ["a", "b", "a"], truth=3)
     with pytest.raises(ValueError, match="one value per token"):
         viz.attribution_figure(maps, ["a", "b"])
+
+
+def test_circuit_slider_shows_each_table_on_its_own_signed_scale():
+    tables = {"L2H1": torch.eye(3) * 2.0, "L2H2": -torch.ones(3, 3) * 0.5}
+    fig = viz.circuit_slider(tables, ["a", "b", "c"], title="OV", row_title="attended", col_title="logit")
+    heat = fig.data[0]
+    np.testing.assert_allclose(heat.z, np.eye(3) * 2.0)
+    assert (heat.zmin, heat.zmax) == (-2.0, 2.0) and list(heat.x) == list(heat.y) == ["a", "b", "c"]
+    steps = fig.layout.sliders[0].steps
+    assert [s.label for s in steps] == ["L2H1", "L2H2"]
+    np.testing.assert_allclose(steps[1].args[0]["z"][0], -np.ones((3, 3)) * 0.5)
+    assert steps[1].args[0]["zmax"] == [0.5] and steps[1].args[1]["title.text"] == "OV: L2H2"
+    assert fig.layout.xaxis.title.text == "logit" and fig.layout.yaxis.title.text == "attended"
+    assert fig.layout.yaxis.autorange == "reversed"  # the first label on top, as in a table
+    with pytest.raises(ValueError, match="tables\\['L2H1'\\] must be \\(2, 2\\)"):
+        viz.circuit_slider(tables, ["a", "b"])

@@ -10,7 +10,8 @@ keep working in the static HTML book with no kernel. Matplotlib figures are what
 - ``positions``: the positional-encoding waveforms;
 - ``images``: patches and where a vision transformer looks;
 - ``beyond``: graphs and spectrograms;
-- ``heads``: what heads do: a phase change in training, a number per head, where attributions point.
+- ``heads``: what heads do: a phase change in training, a number per head, a head's circuit over the
+  vocabulary, where attributions point.
 
 Colours come from ``attnbook.style``, the book's visual language: ``color("weight")`` for attention weights,
 ``color("position")`` for positions and so on, the same colours as in the diagrams.
@@ -27,7 +28,7 @@ from .attention import (
 from .beyond import graph_figure, spectrogram_grid
 from .core import add_slider, bars_mpl, describe_mpl, heatmap_mpl, to_numpy
 from .curves import accuracy_by_size, curves_mpl, curves_slider
-from .heads import attribution_figure, head_grid, phase_change_figure
+from .heads import attribution_figure, circuit_slider, head_grid, phase_change_figure
 from .images import grid_similarity_figure, image_attention_slider, patch_grid_figure
 from .positions import positional_waveform_figure, positional_waveform_mpl
 
@@ -55,5 +56,6 @@ __all__ = [
     "spectrogram_grid",
     "phase_change_figure",
     "head_grid",
+    "circuit_slider",
     "attribution_figure",
 ]

@@ -1,4 +1,5 @@
-"""What heads do: a phase change during training, a number per head, and where attribution methods point.
+"""What heads do: a phase change during training, a number per head, a head's circuit over the vocabulary, and
+where attribution methods point.
 
 Chapter: what attention learns (16).
 """
@@ -10,9 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..style import COLORWAY, WEIGHT_SCALE, color
-from .core import _labels, to_numpy
+from .attention import signed_heatmap
+from .core import _labels, add_slider, to_numpy
 
-__all__ = ["phase_change_figure", "head_grid", "attribution_figure"]
+__all__ = ["phase_change_figure", "head_grid", "circuit_slider", "attribution_figure"]
 
 
 def phase_change_figure(
@@ -110,6 +112,58 @@ def head_grid(
     return fig
 
 
+def circuit_slider(
+    tables: dict[str, object],
+    labels: Sequence[str],
+    *,
+    title: str = "",
+    row_title: str = "row",
+    col_title: str = "column",
+    value_name: str = "value",
+):
+    """Tables over the vocabulary (a head's OV or QK circuit), one at a time with a slider, each on a diverging
+    scale centred on zero and as wide as its own largest entry.
+
+    Shapes:
+        every table: (V, V); labels: (V,)
+    """
+    if not tables:
+        raise ValueError("tables must name at least one table")
+    mats = [to_numpy(t).astype(np.float32) for t in tables.values()]
+    names = list(tables)
+    for name, m in zip(names, mats):
+        if m.shape != (len(labels), len(labels)):
+            raise ValueError(
+                f"tables[{name!r}] must be ({len(labels)}, {len(labels)}), one row per label, got {m.shape}"
+            )
+    tops = [float(np.abs(m).max()) or 1.0 for m in mats]
+    x = list(labels)
+    fig = signed_heatmap(
+        mats[0],
+        title=f"{title}: {names[0]}" if title else names[0],
+        x_title=col_title,
+        y_title=row_title,
+        x=x,
+        y=x,
+        zmax=tops[0],
+        hover=value_name,
+    )
+    fig.update_layout(
+        height=620,
+        xaxis={"type": "category", "dtick": 1},
+        yaxis={"type": "category", "dtick": 1, "autorange": "reversed"},
+    )
+    steps = [
+        {
+            "label": name,
+            "data": {"z": [m], "zmin": [-top], "zmax": [top]},
+            "layout": {"title.text": f"{title}: {name}" if title else name},
+        }
+        for name, m, top in zip(names, mats, tops)
+    ]
+    return add_slider(fig, steps, prefix="")
+
+
 def attribution_figure(
     maps: dict[str, Sequence[float]],
     tokens: Sequence[str],
@@ -118,9 +172,11 @@ def attribution_figure(
     title: str = "",
     x_title: str = "input position (token)",
 ):
-    """Where each method points, for one prediction: one row per method, each scaled to its largest magnitude.
+    """Where each method points, for one prediction: one row per method, each scaled to its largest value.
 
-    ``truth`` (a position) outlines the input the prediction really depends on.
+    A negative score (a token whose replacement made the prediction more likely) is drawn as 0, as it is not
+    evidence that the input matters for the prediction; the hover text gives every score with its sign.
+    ``truth`` (a position) outlines the input the prediction is copied from.
 
     Shapes:
         every map: (T,), over the T input tokens
@@ -134,7 +190,7 @@ def attribution_figure(
     for name, row in zip(maps, rows):
         if row.shape != (len(tokens),):
             raise ValueError(f"maps[{name!r}] must have one value per token ({len(tokens)}), got {row.shape}")
-    z = np.stack([np.abs(r) / max(np.abs(r).max(), 1e-12) for r in rows])  # (methods, T), each row in [0, 1]
+    z = np.stack([np.clip(r, 0, None) / max(r.max(), 1e-12) for r in rows])  # (methods, T), each row in [0, 1]
     fig = go.Figure(
         go.Heatmap(
             z=z,

@@ -79,6 +79,7 @@ from attnbook import (
     bpe,
     bptt,
     chat,
+    circuits,
     config,
     contrastive,
     costs,
@@ -87,6 +88,7 @@ from attnbook import (
     export,
     flash,
     gpt2,
+    graph_experiment,
     graphs,
     grpo,
     interpret,
@@ -127,6 +129,7 @@ MODULES = {
     "measure": measure,
     "costs": costs,
     "graphs": graphs,
+    "graph_experiment": graph_experiment,
     "audio": audio,
     "contrastive": contrastive,
     "lora": lora,
@@ -143,6 +146,7 @@ MODULES = {
     "grpo": grpo,
     "post_training": post_training,
     "instructions": instructions,
+    "circuits": circuits,
 }
 HALF = (torch.float16, torch.bfloat16)
 # |result - reference| <= TOL * max(1, max |reference|), by the result's dtype

@@ -13,8 +13,10 @@ from attnbook import (
     audio,
     blocks,
     bpe,
+    circuits,
     contrastive,
     data,
+    graph_experiment,
     graphs,
     interpret,
     lora,
@@ -36,7 +38,6 @@ from harness import (
     Int,
     IntList,
     IntLists,
-    IntPair,
     Mask,
     Num,
     Obj,
@@ -233,21 +234,22 @@ def _(s):
 
 
 def _check_two_rings(out, args):
-    """Every graph: two disjoint rings of low..high nodes in all, padding after them, two marked nodes, the label
-    1 exactly when both marks lie on one ring (then at least min_gap edges apart), networkx's view of it."""
+    """Every graph: two disjoint rings of the same size, one of ring_sizes, padding after them, two marked nodes,
+    the label 1 exactly when both marks lie on one ring (then at least min_gap edges apart), networkx's view."""
     import networkx as nx
 
-    n, (low, high) = args["n_graphs"], args["n_nodes"]
+    n, sizes = args["n_graphs"], args["ring_sizes"]
+    high = 2 * max(sizes)
     assert out.adjacency.shape == (n, high, high) and out.nodes.shape == out.features.shape == (n, high)
     assert out.labels.shape == out.n_nodes.shape == (n,)
     for b in range(n):
         size = int(out.n_nodes[b])
-        assert low <= size <= high and out.nodes[b, :size].all() and not out.nodes[b, size:].any()
+        assert size // 2 in sizes and out.nodes[b, :size].all() and not out.nodes[b, size:].any()
         assert not out.adjacency[b, size:].any() and not out.adjacency[b, :, size:].any()
         graph = _nx_graph(out.adjacency[b, :size, :size])
         rings = [sorted(c) for c in nx.connected_components(graph)]
         assert len(rings) == 2 and all(graph.degree(v) == 2 for v in graph), "two rings"
-        assert min(map(len, rings)) >= 3 and max(map(len, rings)) >= args["min_ring"]
+        assert [len(r) for r in rings] == [size // 2, size // 2], "of the same size"
         marks = out.features[b].nonzero().flatten().tolist()
         assert len(marks) == 2 and set(out.features[b].tolist()) <= {0, 1}
         same = any(set(marks) <= set(r) for r in rings)
@@ -259,19 +261,51 @@ def _check_two_rings(out, args):
 @spec(
     "graphs.two_ring_graphs",
     graphs.two_ring_graphs,
-    dict(n=(1, 4), ring=(3, 4), gap=(1, 2), extra=(0, 2), more=(0, 2)),
+    dict(n=(1, 4), gap=(1, 2), extra=(0, 2), more=(0, 2)),
     half=False,
     check=_check_two_rings,
 )
 def _(s):
-    low = max(3, 2 * s.gap) + s.ring + s.extra
+    low = max(3, 2 * s.gap) + s.extra
+    sizes = IntList([low, low + s.more], high=0)
+    sizes.corruptions = ("zero", "float", "empty", "nested", "str")  # any ring size above the least is valid
     return graphs.two_ring_graphs, dict(
         n_graphs=Int(s.n),
-        n_nodes=IntPair(low, low + s.more),
-        min_ring=Int(s.ring),
+        ring_sizes=sizes,
         min_gap=Int(s.gap),
         seed=Int(s.extra + 1),
     )
+
+
+def _small_rings(s):
+    """s.B graphs of two rings of 3 or 4 nodes (N = 8 after padding)."""
+    return graphs.two_ring_graphs(s.B, (3, 4), min_gap=1, seed=s.B)
+
+
+@spec("graph_experiment.structural_inputs", graph_experiment.structural_inputs, dict(B=(1, 3), k=(1, 3)), half=False)
+def _(s):
+    return graph_experiment.structural_inputs, dict(graphs=Obj(_small_rings(s)), k=Int(s.k))
+
+
+def _graph_model_call(s):
+    """A distance-bias graph transformer, s.B graphs and structural inputs of the right shapes (N = 8)."""
+    model = _module(lambda: graphs.GraphTransformer("full", "distance", d_model=8, n_heads=2, n_layers=1, k=2))
+    return dict(
+        model=Obj(model),
+        graphs=Obj(_small_rings(s)),
+        eigenvectors=Tensor(s.B, 8, 2, seq=1),
+        distances=Ids(s.B, 8, 8, vocab=6, low=-1, seq=None),
+    )
+
+
+@spec("graph_experiment.graph_logits", graph_experiment.graph_logits, dict(B=(1, 3)), half=False)
+def _(s):
+    return graph_experiment.graph_logits, _graph_model_call(s)
+
+
+@spec("graph_experiment.accuracy", graph_experiment.accuracy, dict(B=(1, 3)), half=False)
+def _(s):
+    return graph_experiment.accuracy, _graph_model_call(s)
 
 
 @spec(
@@ -1404,21 +1438,27 @@ class Heads(Arg):
         }[how]
 
 
-def _run_ablated(model, heads, idx):
-    with interpret.ablate_heads(model, heads):
+def _run_ablated(model, heads, idx, means=None):
+    with interpret.ablate_heads(model, heads, means=means):
         return model(idx)
 
 
-def _naive_ablated(call, model, heads, idx):
-    """The heads' columns of W_o zeroed in a copy of the model."""
+def _naive_ablated(call, model, heads, idx, means=None):
+    """The heads' columns of W_o zeroed in a copy of the model; with means, W_o[:, head] @ mean added as a bias."""
     import copy
 
     model = copy.deepcopy(model)
     layers = [m for m in model.modules() if hasattr(m, "W_o") and hasattr(m, "n_heads")]
     with torch.no_grad():
         for layer, head in heads:
-            Dh = layers[layer].d_head
-            layers[layer].W_o.weight[:, head * Dh : (head + 1) * Dh] = 0.0
+            W_o, Dh = layers[layer].W_o, layers[layer].d_head
+            cols = slice(head * Dh, (head + 1) * Dh)
+            if means is not None:
+                new = nn.Linear(W_o.in_features, W_o.out_features).to(W_o.weight.dtype)
+                new.weight.copy_(W_o.weight)
+                new.bias.copy_((W_o.bias if W_o.bias is not None else 0.0) + W_o.weight[:, cols] @ means[layer][cols])
+                W_o = layers[layer].W_o = new
+            W_o.weight[:, cols] = 0.0
         return model(idx)
 
 
@@ -1432,6 +1472,49 @@ def _(s):
     choices = [[(0, 0)], [(1, 1)], [(0, 1), (1, 0)], []]
     return _run_ablated, dict(
         model=Obj(_interpret_models(s)), heads=Heads(choices[s.pick]), idx=Ids(s.B, s.T, vocab=INTERPRET_V)
+    )
+
+
+@spec("interpret.mean_heads", interpret.mean_heads, dict(kind=(0, 2), B=(1, 3), T=(1, 6)))
+def _(s):
+    return interpret.mean_heads, dict(model=Obj(_interpret_models(s)), ids=Ids(s.B, s.T, vocab=INTERPRET_V))
+
+
+class Means(Arg):
+    """Each layer's mean heads (H * Dh,); changed, one tensor, a layer fewer, a layer too narrow, integers."""
+
+    corruptions = ("one tensor", "short", "width", "int")
+
+    def __init__(self, means):
+        self.means = means
+
+    def make(self, g):
+        return [m.clone() for m in self.means]
+
+    def corrupt(self, v, how, g):
+        return {
+            "one tensor": lambda: v[0],
+            "short": lambda: v[:1],
+            "width": lambda: [v[0][:-1], *v[1:]],
+            "int": lambda: [m.long() for m in v],
+        }[how]()
+
+
+@spec(
+    "interpret.ablate_heads (mean-ablation)",
+    interpret.ablate_heads,
+    dict(kind=(0, 2), B=(1, 2), T=(1, 6), pick=(0, 2)),
+    reference=_naive_ablated,
+)
+def _(s):
+    choices = [[(0, 0)], [(1, 1)], [(0, 1), (1, 0)]]
+    model = _interpret_models(s)
+    means = interpret.mean_heads(model, torch.randint(INTERPRET_V, (3, 6), generator=torch.Generator().manual_seed(0)))
+    return _run_ablated, dict(
+        model=Obj(model),
+        heads=Heads(choices[s.pick]),
+        means=Means(means),
+        idx=Ids(s.B, s.T, vocab=INTERPRET_V),
     )
 
 
@@ -1640,3 +1723,103 @@ def _(s):
             return model(LAB_IDS), tokenizer.chars
 
     return loaded, dict(path=FilePath(data.packaged_dir() / interpret.LAB_GPT, wrong=_garbage_file()))
+
+
+# circuits (what attention learns: the circuit in the weights) -------------------------------------------
+
+HEAD = ("negative", "float", "bool", "str")  # layer and head 0 are valid
+
+
+@spec("circuits.head_circuits", circuits.head_circuits, dict(layer=(0, 1), head=(0, 1)))
+def _(s):
+    return circuits.head_circuits, dict(
+        model=Obj(_attention_only()), layer=Int(s.layer, corruptions=HEAD), head=Int(s.head, corruptions=HEAD)
+    )
+
+
+@spec("circuits.ov_circuit", circuits.ov_circuit, dict(layer=(0, 1), head=(0, 1)))
+def _(s):
+    return circuits.ov_circuit, dict(
+        model=Obj(_attention_only()), layer=Int(s.layer, corruptions=HEAD), head=Int(s.head, corruptions=HEAD)
+    )
+
+
+class HeadPair(Arg):
+    """A (layer, head) pair; changed, out of range, negative, a string, floats."""
+
+    corruptions = ("out of range", "negative", "str", "float")
+
+    def __init__(self, pair):
+        self.pair = pair
+
+    def make(self, g):
+        return self.pair
+
+    def corrupt(self, v, how, g):
+        return {"out of range": (v[0], 5), "negative": (v[0], -1), "str": "0,1", "float": (float(v[0]), 0.5)}[how]
+
+
+@spec("circuits.qk_circuit", circuits.qk_circuit, dict(head=(0, 1), through=(0, 2)))
+def _(s):
+    args = dict(model=Obj(_attention_only()), layer=Int(1, corruptions=HEAD), head=Int(s.head, corruptions=HEAD))
+    if s.through < 2:
+        args["keys_through"] = HeadPair((0, s.through))
+    return circuits.qk_circuit, args
+
+
+@spec("circuits.diagonal_top1", circuits.diagonal_top1, dict(V=(1, 6)), half=False)
+def _(s):
+    return circuits.diagonal_top1, dict(circuit=Tensor(s.V, s.V, batch=None))
+
+
+@spec("circuits.copying_score", circuits.copying_score, dict(V=(1, 6)))
+def _(s):
+    return circuits.copying_score, dict(circuit=Tensor(s.V, s.V, batch=None))
+
+
+def _naive_composition(call, W_A, W_B):
+    """|W_A W_B|_F / (|W_A|_F |W_B|_F), the sums of squares written out."""
+    fro = lambda M: (M**2).sum(dim=(-2, -1)).sqrt()  # noqa: E731
+    return fro(W_A @ W_B) / (fro(W_A) * fro(W_B))
+
+
+@spec(
+    "circuits.composition_score",
+    circuits.composition_score,
+    dict(D=(1, 5), E=(1, 5), F=(1, 5)),
+    reference=_naive_composition,
+)
+def _(s):
+    return circuits.composition_score, dict(W_A=Tensor(s.D, s.E, batch=None), W_B=Tensor(s.E, s.F, batch=None))
+
+
+@spec("circuits.composition_scores", circuits.composition_scores, dict(h1=(0, 1), h2=(0, 1)))
+def _(s):
+    return circuits.composition_scores, dict(
+        model=Obj(_attention_only()), earlier=HeadPair((0, s.h1)), later=HeadPair((1, s.h2))
+    )
+
+
+def _check_random_score(out, args):
+    """A mean of scores in (0, 1] (1 for matrices of one entry)."""
+    assert out.dim() == 0 and 0.0 < out.item() <= 1.0 + 1e-6
+
+
+@spec(
+    "circuits.random_composition_score",
+    circuits.random_composition_score,
+    dict(D=(1, 8), Dh=(1, 4), S=(1, 5)),
+    check=_check_random_score,
+    half=False,
+)
+def _(s):
+    return circuits.random_composition_score, dict(
+        d_model=Int(s.D), d_head=Int(s.Dh), samples=Int(s.S), generator=Gen()
+    )
+
+
+@spec("circuits.direct_logit_attribution", circuits.direct_logit_attribution, dict(B=(1, 3), T=(1, 6), L=(1, 2)))
+def _(s):
+    return circuits.direct_logit_attribution, dict(
+        model=Obj(_attention_only(s.L)), ids=Ids(s.B, s.T, vocab=INTERPRET_V)
+    )

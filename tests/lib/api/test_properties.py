@@ -55,6 +55,8 @@ EXCLUDED = {
     "measure.TensorMemoryTracker": "the context manager behind peak_memory, exercised through it",
     "costs.TransformerFlops": "the result type of transformer_flops",
     "graphs.GraphBatch": "the result type of two_ring_graphs",
+    "graph_experiment.fit_graph_model": "trains for a number of steps (test_graph_experiment); its inputs go "
+    "through the checks of accuracy",
     "data.Dataset": "the record of a data file in DATASETS, read by fetch",
     "data.DataNotAvailableError": "the error fetch raises when a file is nowhere (test_data)",
     "data.SentencePair": "the result type of load_eng_fra, passed to split_by_source here",

@@ -81,7 +81,7 @@ def seq2seq_bottleneck() -> Diagram:
 
 @diagram
 def additive_attention_step() -> Diagram:
-    d = Diagram("additive_attention_step", 720, 590, "One decoding step of additive (Bahdanau) attention")
+    d = Diagram("additive_attention_step", 720, 620, "One decoding step of additive (Bahdanau) attention")
     cols = [260, 350, 440, 530]
     # the annotations, and their keys W_2 h_i
     hs = [d.box(x - 30, 530, 60, 32, f"$h_{i + 1}$", role="hidden") for i, x in enumerate(cols)]
@@ -94,11 +94,19 @@ def additive_attention_step() -> Diagram:
     w1 = d.box(48, 400, 56, 28, "$W_1$", shape="layer")
     d.arrow([s.top, w1.bottom])
     adds = [d.circle(x, 414, 11, "+") for x in cols]
-    d.arrow([w1.right, adds[0].left])
-    for a, b in zip(adds, adds[1:]):
-        d.arrow([a.right, b.left])
     for w, a in zip(w2, adds):
         d.arrow([w.top, a.bottom])
+    # one bus carries the same W_1 s_{t-1} to every sum: up between the columns, never through a sum
+    trunk, bus = 180, 586
+    d.line([w1.right, (trunk, w1.cy)])
+    d.arrow([(trunk, w1.cy), adds[0].left])
+    d.line([(trunk, w1.cy), (trunk, bus), (cols[-1] - 45, bus)], radius=6)
+    d.dot(trunk, w1.cy)
+    for x, a in zip(cols[1:], adds[1:]):
+        d.arrow([(x - 45, bus), (x - 45, a.cy), a.left], radius=6)
+        if x != cols[-1]:
+            d.dot(x - 45, bus)
+    d.text(trunk + 8, bus + 22, "the same $W_1 s_{t-1}$ goes to every sum", anchor="start", size=SMALL, muted=True)
     d.text(222, 482, "keys", role="key", size=SMALL, anchor="end")
     # score network: tanh, then v^T
     scores = []

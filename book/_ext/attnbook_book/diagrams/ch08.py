@@ -52,7 +52,7 @@ def ffn_conv1x1() -> Diagram:
     d.arrow([w2.bottom, (w2.cx, 314), (col(g_out), 314), (col(g_out), g_out.y1)], radius=8)
     d.text(360, 34, "Each kernel covers one position and all its channels;", size=SMALL, muted=True)
     d.text(360, 54, "the same weights slide over every position (the framed column is one).", size=SMALL, muted=True)
-    d.text(360, 338, "rows: channels (features); columns: positions $t = 1, \\ldots, T$", size=SMALL, muted=True)
+    d.text(360, 338, "rows: channels (features); columns: positions $t = 0, \\ldots, T - 1$", size=SMALL, muted=True)
     return d
 
 

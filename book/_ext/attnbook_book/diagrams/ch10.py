@@ -24,7 +24,7 @@ def vit_pipeline() -> Diagram:
             )
     side = px * len(SEVEN) + gap_p * (patch - 1)
     d.text(ix + side / 2, iy - 36, "an image, cut", size=SMALL)
-    d.text(ix + side / 2, iy - 18, "into $N = 9$ patches", size=SMALL)
+    d.text(ix + side / 2, iy - 18, "into $T = 9$ patches", size=SMALL)
     # columns: the class token, then the nine patches in reading order
     x0, w, gap = 178, 44, 10
     cols = [x0 + k * (w + gap) for k in range(10)]

@@ -68,10 +68,10 @@ def biased_attention() -> Diagram:
 
 @diagram
 def set_models() -> Diagram:
-    d = Diagram("set_models", 720, 344, "Deep Sets and the Set Transformer")
+    d = Diagram("set_models", 720, 344, "Deep Sets and a set transformer")
     for x0, title in (
         (20, "Deep Sets: $\\rho\\big(\\mathrm{mean}_i\\, \\phi(x_i)\\big)$"),
-        (380, "Set Transformer: attention, then the mean"),
+        (380, "A set transformer: attention, then mean"),
     ):
         d.text(x0, 20, title, anchor="start", bold=True, size=SMALL)
     values = ["3", "41", "7", "19"]

@@ -54,3 +54,39 @@ def induction_circuit() -> Diagram:
     d.arrow([query.top, out.bottom], role="value")
     d.text(cx[0] - w / 2, 42, "$[A][B] \\dots [A] \\to [B]$", anchor="start", size=SMALL, muted=True)
     return d
+
+
+@diagram
+def circuit_in_the_weights() -> Diagram:
+    d = Diagram(
+        "circuit_in_the_weights",
+        720,
+        410,
+        "The induction circuit in the weights: the OV path of copying and the QK path of K-composition",
+    )
+    # left: the OV circuit, from the letter attended to up to the logits it raises
+    cx = 160
+    d.text(cx, 18, "OV circuit: what the head writes")
+    logits = d.box(cx - 75, 40, 150, 40, "logits", role="value")
+    unembed = d.box(cx - 60, 112, 120, 40, "$W_U$", shape="layer")
+    ov = d.box(cx - 95, 196, 190, 52, ["$W_{OV}$", ("of the induction head", SMALL)], shape="layer")
+    attended = d.box(cx - 75, 300, 150, 52, ["$E$", ("letter attended to", SMALL)], role="value")
+    for a, b in ((attended, ov), (ov, unembed), (unembed, logits)):
+        d.arrow([a.top, b.bottom], role="value")
+    d.text(cx, 386, "$E W_{OV} W_U$: its diagonal is copying", size=SMALL, muted=True)
+
+    # right: the QK circuit, the query's letter against the letter written into the key
+    qx, kx = 430, 620
+    d.text(530, 18, "QK circuit: where the head looks")
+    score = d.box(460, 40, 140, 40, "score", role="weight")
+    qk = d.box(400, 120, 260, 52, ["$W_{QK}$", ("of the induction head", SMALL)], shape="layer")
+    d.arrow([qk.top, score.bottom], role="weight")
+    query = d.box(qx - 75, 300, 150, 52, ["$E$", ("query's letter", SMALL)], role="query")
+    d.arrow([query.top, (qx, qk.y1)], role="query")
+    key = d.box(kx - 85, 300, 170, 52, ["$E$", ("key's predecessor", SMALL)], role="key")
+    prev = d.box(kx - 85, 210, 170, 52, ["$W_{OV}$", ("previous-token head", SMALL)], shape="layer")
+    d.arrow([key.top, prev.bottom], role="key")
+    d.arrow([prev.top, (kx, qk.y1)], role="key")
+    d.text(kx - 12, 191, "writes it into the key", anchor="end", size=SMALL, role="key")
+    d.text(530, 386, "$E W_{QK} (E W_{OV})^{\\top}$: its diagonal is K-composition", size=SMALL, muted=True)
+    return d

@@ -102,11 +102,16 @@
 
   // --- applying and undoing them ------------------------------------------------------------------------
   // Axes that fit their range to the data fit it again at the new size (a range padded for markers and
-  // labels depends on the size in pixels).
+  // labels depends on the size in pixels). Plotly keeps autorange "reversed" as autorange true with a
+  // reversed range: such an axis is fitted again reversed (a heatmap's first row stays on top).
   function autoranges(gd) {
     var u = {};
     axisNames(gd).forEach(function (k) {
-      if (gd._fullLayout[k].autorange === true) { u[k + ".autorange"] = true; u[k + ".range"] = null; }
+      var axis = gd._fullLayout[k];
+      if (axis.autorange === true) {
+        u[k + ".autorange"] = axis.range && axis.range[0] > axis.range[1] ? "reversed" : true;
+        u[k + ".range"] = null;
+      }
     });
     return u;
   }

@@ -103,7 +103,7 @@
   window.attnbookWidgets = {load: load, state: state};
 
   // Accessible names: a slider's handle (role="slider") is named by the widget's visible label, or by its
-  // tooltip when it has no label; a box that scrolls sideways can be reached with the keyboard.
+  // tooltip when it has no label; a box that scrolls can be reached with the keyboard.
   function name(root) {
     root.querySelectorAll(".noUi-handle[role=slider]:not([aria-labelledby]):not([aria-label])").forEach(function (h) {
       var widget = h.closest(".widget-slider, .jupyter-widgets");
@@ -115,8 +115,13 @@
         h.setAttribute("aria-label", (widget && widget.getAttribute("title")) || "slider");
       }
     });
-    root.querySelectorAll(".jupyter-widgets.widget-container").forEach(function (box) {
-      if (box.scrollWidth > box.clientWidth + 1 && !box.hasAttribute("tabindex")) box.setAttribute("tabindex", "0");
+    root.querySelectorAll(".jupyter-widgets, .lm-Widget").forEach(function (box) {
+      if (box.hasAttribute("tabindex")) return;
+      var style = getComputedStyle(box), scrolls = /auto|scroll/;
+      var sideways = box.scrollWidth > box.clientWidth + 1 &&
+        (box.classList.contains("widget-container") || scrolls.test(style.overflowX));
+      var down = box.scrollHeight > box.clientHeight + 1 && scrolls.test(style.overflowY);
+      if (sideways || down) box.setAttribute("tabindex", "0");
     });
   }
   name.count = 0;
@@ -138,6 +143,8 @@
   var pending = null; // widgets render after the page loads: name them once the page stops changing
   new MutationObserver(function () {
     clearTimeout(pending);
-    pending = setTimeout(function () { name(document); }, 50);
+    pending = setTimeout(function () { pending = null; name(document); }, 50);
   }).observe(document.documentElement, {childList: true, subtree: true});
+  // true once the widgets have stopped changing and are named (the tests wait for it)
+  window.attnbookWidgets.settled = function () { return pending === null; };
 })();
