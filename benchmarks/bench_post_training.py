@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -44,12 +45,21 @@ import torch
 from _common import cpu_name, loadavg, write_section  # noqa: E402  (benchmarks/_common.py)
 from attnbook import chat, data, post_training
 from attnbook.data import instructions as tasks
+from attnbook.interpret import LAB_GPT
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "post_training.json"
 CHECKPOINT = data.packaged_dir() / post_training.ASSISTANT
 START, END = "<!-- bench_post_training:start -->", "<!-- bench_post_training:end -->"
 SEEDS = [0, 1, 2]
+
+
+def base_id() -> str:
+    """The first 12 hex digits of the SHA-256 of the lab GPT's file every run starts from: each run records
+    it, so that runs made from an earlier lab GPT are told apart."""
+    return hashlib.sha256((data.packaged_dir() / LAB_GPT).read_bytes()).hexdigest()[:12]
+
+
 LONG_STEPS = 1200
 VARIANTS = {
     "full": {},
@@ -94,7 +104,7 @@ def grpo_prompts(words, steps, recipe):
     return lambda step: pool[step * recipe.prompts : (step + 1) * recipe.prompts]
 
 
-def run_sft(smoke: bool, variants=tuple(VARIANTS)) -> dict:
+def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True) -> dict:
     words, test_words = tasks.instruction_words()
     tests = post_training.evaluation_sets(test_words)
     if smoke:
@@ -105,7 +115,7 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS)) -> dict:
     for name, change in VARIANTS.items():
         if name not in variants:
             continue
-        for seed in SEEDS[:1] if smoke else SEEDS:
+        for seed in seeds[:1] if smoke else seeds:
             r = dataclasses.replace(recipe, **change, steps=5 if smoke else recipe.steps)
             model, tok = post_training.base_model()
             start = time.perf_counter()
@@ -113,7 +123,14 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS)) -> dict:
             seconds = time.perf_counter() - start
             results = {k: post_training.evaluate(model, tok, v, template=r.template) for k, v in tests.items()}
             runs.append(
-                {"variant": name, "seed": seed, "train_seconds": seconds, "loss": losses[::10], "results": results}
+                {
+                    "variant": name,
+                    "seed": seed,
+                    "base": base_id(),
+                    "train_seconds": seconds,
+                    "loss": losses[::10],
+                    "results": results,
+                }
             )
             print(f"sft {name} seed {seed}: {seconds:.0f} s", flush=True)
             if name == "full" and seed == 0 and not smoke:
@@ -129,13 +146,14 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS)) -> dict:
     out = {"recipe": recipe.to_dict(), "seeds": SEEDS, "runs": runs}
     if shipped is not None:
         out["shipped"] = shipped
-    if "full" in variants:
+    if "full" in variants and long:
         long_recipe = dataclasses.replace(recipe, steps=10 if smoke else LONG_STEPS)
         model, tok = post_training.base_model()
         start = time.perf_counter()
         post_training.train_sft(model, tok, words, long_recipe, seed=0, quiet=True)
         out["long"] = {
             "steps": long_recipe.steps,
+            "base": base_id(),
             "train_seconds": time.perf_counter() - start,
             "results": {k: post_training.evaluate(model, tok, v) for k, v in tests.items()},
         }
@@ -152,26 +170,30 @@ def merge(result: dict, part: str, new: dict) -> None:
         "grpo": ("run", list(GRPO_RUNS)),
         "dpo": ("beta", [None, *BETAS]),
     }[part]
-    ran = {r[key] for r in new["runs"]}
+
+    def identity(r):
+        return r[key], r["seed"], r.get("nll")
+
+    ran = {identity(r) for r in new["runs"]}
     old = result[part]
-    old["runs"] = [r for r in old["runs"] if r[key] not in ran] + new["runs"]
+    old["runs"] = [r for r in old["runs"] if identity(r) not in ran] + new["runs"]
     old["runs"].sort(
         key=lambda r: (r.get("nll") or 0.0, order.index(r[key]), r["seed"] if r["seed"] is not None else -1)
     )
     old.update({k: v for k, v in new.items() if k != "runs"})
 
 
-def run_dpo(smoke: bool, betas=tuple(BETAS)) -> dict:
+def run_dpo(smoke: bool, betas=tuple(BETAS), seeds=tuple(SEEDS)) -> dict:
     words, test_words = tasks.instruction_words()
     tests = post_training.evaluation_sets(test_words)
     reference, tok, _ = post_training.load_assistant()
     runs = []
-    for seed in SEEDS[:1] if smoke else SEEDS:
+    for seed in seeds[:1] if smoke else seeds:
         pairs, held, held_pairs = dpo_data(reference, tok, words, test_words, seed)
         if smoke:
             held, tests = held[:20], {k: v[:20] for k, v in tests.items()}
         if seed == SEEDS[0]:
-            runs.append({"beta": None, "nll": None, "seed": None, "pairs": len(pairs),
+            runs.append({"beta": None, "nll": None, "seed": None, "base": base_id(), "pairs": len(pairs),
                          **dpo_measures(reference, reference, tok, held, held_pairs, tests, 1.0)})  # fmt: skip
         for nll in NLL:
             for beta in betas:
@@ -182,7 +204,8 @@ def run_dpo(smoke: bool, betas=tuple(BETAS)) -> dict:
                 history = post_training.train_dpo(policy, reference, pairs, recipe, pad=tok.end, seed=seed, quiet=True)
                 seconds = time.perf_counter() - start
                 measures = dpo_measures(policy, reference, tok, held, held_pairs, tests, beta)
-                runs.append({"beta": beta, "nll": nll, "seed": seed, "pairs": len(pairs), "train_seconds": seconds,
+                runs.append({"beta": beta, "nll": nll, "seed": seed, "base": base_id(), "pairs": len(pairs),
+                             "train_seconds": seconds,
                              "history": history[::2], **measures})  # fmt: skip
                 print(f"dpo beta {beta} nll {nll} seed {seed}: {seconds:.0f} s {measures}", flush=True)
     return {"recipe": post_training.DPORecipe().to_dict(), "task": TASK, "held_out_pairs": len(held_pairs),
@@ -190,7 +213,7 @@ def run_dpo(smoke: bool, betas=tuple(BETAS)) -> dict:
             "win_samples": WIN_SAMPLES, "runs": runs}  # fmt: skip
 
 
-def run_grpo(smoke: bool, names=tuple(GRPO_RUNS)) -> dict:
+def run_grpo(smoke: bool, names=tuple(GRPO_RUNS), seeds=tuple(SEEDS)) -> dict:
     words, test_words = tasks.instruction_words()
     held = tasks.instructions(200, test_words, kinds=[TASK], seed=11)
     if smoke:
@@ -200,7 +223,7 @@ def run_grpo(smoke: bool, names=tuple(GRPO_RUNS)) -> dict:
     for name, (reward, beta) in GRPO_RUNS.items():
         if name not in names:
             continue
-        for seed in SEEDS[:1] if smoke else SEEDS:
+        for seed in seeds[:1] if smoke else seeds:
             policy, tok, _ = post_training.load_assistant()
             reference = post_training.frozen_copy(policy)
             recipe = post_training.GRPORecipe(beta=beta, steps=2 if smoke else post_training.GRPORecipe().steps)
@@ -214,7 +237,7 @@ def run_grpo(smoke: bool, names=tuple(GRPO_RUNS)) -> dict:
             answers = chat.answer(policy, tok, [t.prompt for t in held])
             texts = [tok.decode(a) for a in answers]
             runs.append({
-                "run": name, "reward": reward, "beta": beta, "seed": seed, "train_seconds": seconds,
+                "run": name, "reward": reward, "beta": beta, "seed": seed, "base": base_id(), "train_seconds": seconds,
                 "history": history, "accuracy_before": before,
                 "accuracy_after": post_training.accuracy(policy, tok, held),
                 "proxy_after": sum(rewards[reward](a, t.answer) for a, t in zip(texts, held)) / len(held),
@@ -333,6 +356,20 @@ def markdown(result: dict) -> str:
                 f"{spread([r['length_after'] for r in runs], '{:.1f}')} | "
                 f"{spread([r['train_seconds'] for r in runs], '{:.0f}')} |"
             )
+    current = base_id()
+    stale = [
+        f"{part} {r.get('variant') or r.get('run') or 'beta ' + str(r.get('beta'))}"
+        + ("" if r.get("nll") is None else f" nll {r['nll']:g}")
+        + ("" if r.get("seed") is None else f" seed {r['seed']}")
+        for part in ("sft", "dpo", "grpo")
+        for r in (result.get(part) or {}).get("runs", [])
+        if r.get("base") != current
+    ]
+    if sft and "long" in sft and sft["long"].get("base") != current:
+        stale.append(f"sft {sft['long']['steps']} steps")
+    if stale:
+        rows += ["", f"Runs made from an earlier lab GPT (not the shipped `{LAB_GPT}`, SHA-256 {current}...): "
+                 + ", ".join(stale) + "."]  # fmt: skip
     m = result["machine"]
     rows += [
         "",
@@ -359,6 +396,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", choices=list(VARIANTS), action="append", help="instruction tuning: only these")
     parser.add_argument("--run", choices=list(GRPO_RUNS), action="append", help="GRPO: only these runs")
     parser.add_argument("--beta", type=float, choices=BETAS, action="append", help="DPO: only these betas")
+    parser.add_argument("--seed", type=int, choices=SEEDS, action="append", help="only these seeds")
+    parser.add_argument("--no-long", action="store_true", help="instruction tuning: not the longer run")
     args = parser.parse_args(argv)
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
     torch.set_num_threads(args.threads)
@@ -368,7 +407,8 @@ def main(argv=None) -> int:
         if args.part in (part, "all"):
             only = {"sft": tuple(args.variant or VARIANTS), "grpo": tuple(args.run or GRPO_RUNS),
                     "dpo": tuple(args.beta or BETAS)}  # fmt: skip
-            new = run(args.smoke, only[part]) if part in only else run(args.smoke)
+            seeds = tuple(args.seed or SEEDS)
+            new = run(args.smoke, only[part], seeds=seeds, **({"long": not args.no_long} if part == "sft" else {}))
             if args.smoke:
                 result[part] = new
                 continue
