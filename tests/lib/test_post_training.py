@@ -126,3 +126,27 @@ def test_the_assistant_file_round_trips_and_the_shipped_one_loads(tiny, tmp_path
     torch.save({"format": "something else"}, bad)
     with pytest.raises(ValueError, match="not a saved assistant"):
         post_training.load_assistant(bad)
+
+
+def test_the_benchmark_results_come_from_the_shipped_lab_gpt():
+    """Every run in benchmarks/results/post_training.json (which the chapter's pages read) started from the
+    lab GPT the library ships: when chapter 16's lab GPT is trained again, the assistant and the results must
+    be made again from it (benchmarks/bench_post_training.py)."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from attnbook.interpret import LAB_GPT
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "post_training.json"
+    if not results.is_file():
+        pytest.skip("no benchmark results in this checkout")
+    bench = json.loads(results.read_text())
+    shipped = hashlib.sha256((data.packaged_dir() / LAB_GPT).read_bytes()).hexdigest()[:12]
+    runs = [(part, r) for part in ("sft", "dpo", "grpo") for r in bench[part]["runs"]]
+    assert len(runs) == 9 + 25 + 9
+    stale = [(part, r.get("variant") or r.get("run") or r.get("beta"), r["seed"]) for part, r in runs
+             if r.get("base") != shipped]  # fmt: skip
+    assert not stale, f"runs made from another lab GPT than the shipped one ({shipped}): {stale}"
+    assert bench["sft"]["long"]["base"] == shipped
+    assert all("nll" in r for r in bench["dpo"]["runs"])  # no run of the part's earlier version
