@@ -1,8 +1,8 @@
 """The model in the page: export a trained model to ONNX, with every head's attention weights.
 
-:func:`to_onnx` exports a language model (``GPT``, or the attention-only model of ``interpret``);
-:func:`tagger_to_onnx` a model that labels every position for several jobs. Each writes into a folder
-(``ATTNBOOK_EXPORT_DIR``, else ``./exported``):
+:func:`to_onnx` exports a language model (``GPT``, or the attention-only model of ``interpret``), or
+an instruction-tuned one with its chat template; :func:`tagger_to_onnx` a model that labels every position
+for several jobs. Each writes into a folder (``ATTNBOOK_EXPORT_DIR``, else ``./exported``):
 
 - ``NAME.onnx``: the model, input ``ids`` (1, T) for any 1 <= T <= block_size, outputs ``logits``
   (1, T, V) and ``weights`` (1, n_layers, H, T, T), the attention weights of every layer and head;
@@ -20,7 +20,7 @@ Shapes:
     weights: (1, n_layers, H, T, T)
 
 Chapter: the lab (12: the model in the page); multi-head attention (07: the three-jobs model); what
-attention learns (16: the induction heads).
+attention learns (16: the induction heads); from a model of text to an assistant (17: the assistant).
 """
 
 from __future__ import annotations
@@ -192,6 +192,7 @@ def to_onnx(
     top_k: int | None = None,
     max_new_tokens: int = 200,
     head: tuple[int, int] | None = None,
+    template: tuple[str, str, str] | None = None,
     directory: str | Path | None = None,
     opset: int = 18,
 ) -> Exported:
@@ -203,7 +204,10 @@ def to_onnx(
     text the model is given for an empty prompt (it must be in ``vocab``). ``temperature``,
     ``top_k`` and ``max_new_tokens`` are the page's starting values for sampling, with the meaning of
     :meth:`GPT.generate`. ``head`` = (layer, head), counted from 0, is the head whose weights the page
-    shows first (default: the first). The model is copied to the CPU in float32 and in eval mode; ``model``
+    shows first (default: the first). ``template`` names a chat template's three tokens (user, assistant,
+    end: :data:`attnbook.chat.SPECIAL`), whose ids follow ``vocab``'s characters: the page then takes an
+    instruction, writes the turn with them and answers greedily until the end token or ``max_new_tokens``,
+    as :func:`attnbook.chat.answer` does. The model is copied to the CPU in float32 and in eval mode; ``model``
     itself is not changed. Needs the ``onnx`` and ``onnxscript`` packages.
 
     Shapes:
@@ -215,7 +219,10 @@ def to_onnx(
             f"model must be an attnbook.models.GPT or an attnbook.interpret.AttentionOnly, got {type(model).__name__}"
         )
     config = model.config
-    _check_common(name, vocab, config.vocab_size, title, prompt, start, opset)
+    special = () if template is None else _checks.texts("template", template, nonempty=True)
+    if template is not None and (len(special) != 3 or len(set(special)) != 3):
+        raise ValueError(f"template must name three distinct tokens (user, assistant, end), got {template!r}")
+    _check_common(name, vocab, config.vocab_size - len(special), title, prompt, start, opset)
     temperature = _checks.positive_float("temperature", temperature, allow_zero=True)
     if top_k is not None:
         _checks.positive_int("top_k", top_k)
@@ -236,7 +243,8 @@ def to_onnx(
         output_names=["logits", "weights"],
         opset=opset,
         meta={
-            "kind": "lm",  # next-token probabilities, sampling, causal attention
+            # next-token probabilities, sampling, causal attention; or a chat: an instruction answered greedily
+            "kind": "chat" if special else "lm",
             "architecture": architecture,  # a key of ARCHITECTURES: what load_torch rebuilds
             "title": title or name,
             "vocab": vocab,
@@ -247,6 +255,8 @@ def to_onnx(
             "start": start,
             "prompt": prompt,
             "heatmap": {"layer": layer, "head": shown},  # the head the page shows first
+            # the template's tokens by name, ids len(vocab) + 0, 1, 2: <user> text <end> <assistant> answer <end>
+            **({"template": dict(zip(("user", "assistant", "end"), special))} if special else {}),
             "inputs": {"ids": "int64 (1, T), 1 <= T <= block_size"},
             "outputs": {"logits": "float32 (1, T, V)", "weights": "float32 (1, n_layers, n_heads, T, T)"},
             # the meaning of attnbook.models.GPT.generate: logits / temperature (0: the most likely token), then
@@ -368,7 +378,7 @@ def load_meta(path: str | Path) -> dict:
 def load_torch(meta_path: str | Path) -> GPT | AttentionOnly:
     """The PyTorch model that was exported, rebuilt from ``NAME.json`` and the weights in ``NAME.pt``."""
     meta_path, meta = _read_meta("meta_path", meta_path)
-    if meta.get("kind", "lm") != "lm" or not isinstance(meta.get("config"), dict) or "onnx" not in meta:
+    if meta.get("kind", "lm") not in ("lm", "chat") or not isinstance(meta.get("config"), dict) or "onnx" not in meta:
         raise ValueError(
             f"meta_path {str(meta_path)!r} does not describe an exported language model (to_onnx's): "
             f"it has no model configuration"

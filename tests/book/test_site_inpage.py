@@ -1,4 +1,5 @@
-"""The models in the page (chapters 07 and 12), run by ONNX Runtime in the browser.
+"""The models in the page (chapters 07, 12 and 17; 16 and 17 have tests of their own), run by ONNX Runtime in the
+browser.
 
 Nothing loads until the widget is in view, then the first distribution comes (its time recorded in
 reports/inpage.json); the page's answers and attention weights equal ONNX Runtime's and PyTorch's on the
@@ -29,7 +30,11 @@ def inpage_pages() -> list[str]:
     return pages
 
 
-INPAGE_MODELS = {"chapters/12_lab_mini_gpt": "lab_gpt", "chapters/07_multi_head_attention": "three_jobs"}
+INPAGE_MODELS = {
+    "chapters/12_lab_mini_gpt": "lab_gpt",
+    "chapters/07_multi_head_attention": "three_jobs",
+    "chapters/17_text_to_assistant": "assistant",
+}
 
 
 @pytest.mark.parametrize("entry, model", INPAGE_MODELS.items(), ids=list(INPAGE_MODELS.values()))

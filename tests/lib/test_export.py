@@ -277,3 +277,43 @@ def test_tagger_checks_its_jobs(tagger, tmp_path, jobs, message):
     model, _ = tagger
     with pytest.raises(ValueError, match=message):
         export.tagger_to_onnx(model, "x", vocab="abcdXY", jobs=jobs, max_len=10, directory=tmp_path)
+
+
+def test_an_assistant_exports_with_its_template(tmp_path):
+    """A chat model's description names the template's three tokens after the characters; ONNX Runtime's
+    greedy answer to a turn is chat.answer's, and the model rebuilds; a template that is not three distinct
+    names, or a vocabulary that leaves no room for it, is refused."""
+    from attnbook import chat, data
+
+    tokenizer = chat.ChatTokenizer(data.CharTokenizer("abcd :"))
+    torch.manual_seed(3)
+    config = models.TransformerConfig(vocab_size=tokenizer.vocab_size, block_size=16, n_layers=1, n_heads=2, d_model=16)
+    model = models.GPT(config).eval()
+    with torch.no_grad():  # make <|end|> likely after a few tokens
+        model.lm_head.weight[tokenizer.end] *= 3
+    out = export.to_onnx(
+        model, "assistant", vocab=tokenizer.chars.chars, template=chat.SPECIAL, start=" ", temperature=0.0,
+        max_new_tokens=6,
+        directory=tmp_path,
+    )  # fmt: skip
+    meta = export.load_meta(out.meta_path)
+    assert meta["kind"] == "chat" and list(meta["template"]) == ["user", "assistant", "end"]
+    assert list(meta["template"].values()) == list(chat.SPECIAL) and meta["vocab"] == tokenizer.chars.chars
+    session = export.onnx_session(out.onnx_path)
+    for prompt in ["ab", "dc a", ""]:
+        ids = chat.render(tokenizer, prompt)[0]
+        start = len(ids)
+        for _ in range(6):  # greedy with ONNX Runtime, until <|end|>
+            logits, _ = export.run_onnx(session, ids[-config.block_size :])
+            ids.append(int(logits[0, -1].argmax()))
+            if ids[-1] == tokenizer.end:
+                break
+        assert ids[start:] == chat.answer(model, tokenizer, [prompt], max_new_tokens=6, keep_end=True)[0]
+    rebuilt = export.load_torch(out.meta_path)
+    torch.testing.assert_close(rebuilt.lm_head.weight, model.lm_head.weight)
+    with pytest.raises(ValueError, match="template"):
+        export.to_onnx(
+            model, "x", vocab=tokenizer.chars.chars, template=("<u>", "<u>", "<e>"), start=" ", directory=tmp_path
+        )
+    with pytest.raises(ValueError, match="vocab"):
+        export.to_onnx(model, "x", vocab=tokenizer.chars.chars, start=" ", directory=tmp_path)  # 6 characters, 9 ids

@@ -5,6 +5,8 @@ synthetic tasks and images. Every name is available as ``attnbook.data.<name>``;
 - :mod:`attnbook.data.text`: normalising and tokenizing text, ``Vocab`` and ``CharTokenizer``;
 - :mod:`attnbook.data.corpora`: the English-French pairs and Tiny Shakespeare, their splits, ``lm_batch``;
 - :mod:`attnbook.data.synthetic`: digit strings, dates, the adding problem and the shuffled-word task;
+- :mod:`attnbook.data.instructions`: instructions whose answers a program checks (import the module:
+  ``from attnbook.data import instructions``);
 - :mod:`attnbook.data.images`: scikit-learn's digits and balanced subsets.
 """
 

@@ -2,7 +2,7 @@
 that is finite and equal to the reference.
 
 Every function and class in the ``__all__`` of the modules in ``MODULES`` below (attention, positional,
-blocks, models, flash, vit, rnn, seq2seq, the tools and the beyond-text modules) has a
+blocks, models, flash, vit, rnn, seq2seq, the tools, the beyond-text and the post-training modules) has a
 :class:`Spec` (the methods a chapter calls, such as ``GPT.generate`` or ``BPETokenizer.encode``, have
 their own): how to build a valid call from a few drawn sizes, and what each argument is (a floating tensor,
 token ids, a mask, an adjacency matrix, an integer, a text, a path...). Hypothesis draws the sizes, a seed
@@ -78,6 +78,7 @@ from attnbook import (
     blocks,
     bpe,
     bptt,
+    chat,
     circuits,
     config,
     contrastive,
@@ -89,12 +90,15 @@ from attnbook import (
     gpt2,
     graph_experiment,
     graphs,
+    grpo,
     interpret,
     lora,
     measure,
     models,
     positional,
     positionwise,
+    post_training,
+    preference,
     pretrain,
     rnn,
     scaling_grid,
@@ -104,6 +108,7 @@ from attnbook import (
     vit,
     vit_experiment,
 )
+from attnbook.data import instructions
 from torch import nn
 
 MODULES = {
@@ -136,6 +141,11 @@ MODULES = {
     "scaling_grid": scaling_grid,
     "export": export,
     "interpret": interpret,
+    "chat": chat,
+    "preference": preference,
+    "grpo": grpo,
+    "post_training": post_training,
+    "instructions": instructions,
     "circuits": circuits,
 }
 HALF = (torch.float16, torch.bfloat16)

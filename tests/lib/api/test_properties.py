@@ -10,6 +10,7 @@ import pytest
 import specs_attention  # noqa: F401
 import specs_beyond  # noqa: F401
 import specs_models  # noqa: F401
+import specs_post  # noqa: F401
 import specs_recurrent  # noqa: F401
 import specs_tools  # noqa: F401
 from harness import MODULES, SPECS, STATS, changes_of, run_case
@@ -68,6 +69,7 @@ EXCLUDED = {
     "train_lm.train_run": "trains and writes a run's folder (test_train_lm), from a TrainConfig",
     "train_lm.main": "the command line (test_train_lm: flags, configuration files, torchrun)",
     "train_lm.CheckpointError": "the error of a refused checkpoint, raised here by load_checkpoint and load_model",
+    "instructions.Instruction": "the record of one instruction (kind, prompt, answer), made by instructions",
 }
 
 

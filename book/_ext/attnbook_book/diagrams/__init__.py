@@ -115,5 +115,6 @@ from . import (  # noqa: E402,F401
     ch14,
     ch15,
     ch16,
+    ch17,
     legend,
 )

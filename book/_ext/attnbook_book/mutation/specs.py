@@ -154,6 +154,13 @@ SPECS: dict[str, Spec] = {
         at_least={"h": 2},
     ),
     "check_rollout": Spec(custom="rollout"),
+    # 17
+    "check_sft_targets": Spec("ids: long[n, t] < v; answer_mask: mask0[n, t]", at_least={"t": 2}),
+    "check_dpo_loss": Spec(
+        "pc: f[n] large; pr: f[n] large; rc: f[n]; rr: f[n]; beta: float(0.1, 1.0, 0.01)", grad=(0, 1)
+    ),
+    "check_group_advantages": Spec("rewards: f[n, g]", custom="binary_rewards", at_least={"g": 2}),
+    "check_clipped_objective": Spec("ratio: f[n, t] pos; advantages: f[n]; clip: float(0.2, 0.1)", grad=(0,)),
 }
 
 
@@ -331,6 +338,18 @@ def _rollout():
     return out
 
 
+def _binary_rewards():
+    """Rewards of a verifier, 0 or 1: groups all right, all wrong, and mixed."""
+    out = []
+    for seed, (B, G, dtype) in enumerate([(4, 4, torch.float32), (3, 8, torch.float64), (1, 2, torch.float32)]):
+        r = (torch.rand(B, G, generator=_g(seed)) < 0.5).to(dtype)
+        r[0] = 1.0  # a group all right: advantages 0
+        if B > 1:
+            r[1] = 0.0  # and one all wrong
+        out.append(Input((r,), f"0/1 rewards B={B}, G={G}, {dtype}"))
+    return out
+
+
 CUSTOM = {
     "clip": _clip,
     "shift_targets": _shift_targets,
@@ -345,4 +364,5 @@ CUSTOM = {
     "edges": _edges,
     "graphs": _graphs,
     "rollout": _rollout,
+    "binary_rewards": _binary_rewards,
 }

@@ -9,6 +9,14 @@
 // A model that labels every position (data-kind="tagger", attnbook.export.tagger_to_onnx) gets a table of
 // its answers under the typed characters instead of the bars and the button.
 //
+// An instruction-tuned model (data-kind="chat", attnbook.export.to_onnx with a template) takes an
+// instruction: the page writes the turn in the chat template (<|user|> the instruction <|end|>
+// <|assistant|>) and decodes greedily until the model writes <|end|> or reaches its budget of tokens, as
+// attnbook.chat.answer does; it shows the turn with each answer token shaded by its probability, and the
+// heatmap over the turn (the template's tokens drawn as circled letters). Its widget exposes data-answer
+// (the text), data-answer-ids (the generated ids, with the closing <|end|>), data-answer-probs and
+// data-stopped.
+//
 // For every reader (the contract any model in the page gets from this file, with no code of its own): the
 // prediction is announced in a polite ARIA live region (.attnbook-inpage-announce: the five most likely next
 // characters with their probabilities, or each job's answer at the last position) once the reader stops
@@ -18,7 +26,7 @@
 // says the weight; layer and head are chosen with <select>s, the bars are buttons.
 //
 // For tests, each widget exposes what it shows: data-state (idle, loading, ready, error), data-context (the
-// text the model read), data-probs (all next-character probabilities) or data-answers (every job's
+// characters the model read), data-probs (all next-character probabilities) or data-answers (every job's
 // probabilities at every position), data-first-ms and data-update-ms (times), and the heatmap's
 // data-weights (the matrix drawn) with data-layer and data-head.
 (function () {
@@ -80,14 +88,32 @@
             cropped: cropped, empty: empty};
   }
 
-  function show(c) { // a character as a label
+  // --- a chat: the instruction's characters in the template ---------------------------------------------
+  // the template's tokens have the ids after the characters: <|user|> V, <|assistant|> V + 1, <|end|> V + 2
+  function chatIds(text, meta) {
+    var chars = Array.from(meta.vocab), V = chars.length, index = new Map(), dropped = [], kept = [];
+    chars.forEach(function (c, i) { index.set(c, i); });
+    Array.from(text).forEach(function (c) {
+      if (index.has(c)) kept.push(c);
+      else if (dropped.indexOf(c) < 0) dropped.push(c);
+    });
+    var ids = [V].concat(kept.map(function (c) { return index.get(c); }), [V + 2, V + 1]);
+    return {ids: ids, text: kept.join(""), dropped: dropped, cropped: 0, empty: false};
+  }
+
+  var GLYPHS = {user: "\u24ca", assistant: "\u24b6", end: "\u24ba"}; // circled U, A, E: one cell each
+
+  function show(c) { // a character (or a template token, by name) as a label
+    if (c.length > 1) return GLYPHS[TOKEN_ROLES[c]] || "?";
     return c === "\n" ? "\u21b5" : c === " " ? "\u2423" : c === "\t" ? "\u21e5" : c;
   }
 
-  function describe(c) { // a character in a sentence
+  function describe(c) { // a character (or a template token) in a sentence
     var names = {"\n": "a line break", " ": "a space", "\t": "a tab"};
+    if (c.length > 1) return "the token " + c;
     return names[c] || "\u201c" + c + "\u201d";
   }
+  var TOKEN_ROLES = {}; // a template token's name -> its role (user, assistant, end), from the models' files
 
   // --- onnxruntime-web, loaded once per page ------------------------------------------------------------
   var ortPromise = null;
@@ -126,6 +152,7 @@
     this.root = root;
     this.name = root.dataset.model;
     this.tagger = root.dataset.kind === "tagger"; // labels every position (else: a language model)
+    this.chat = root.dataset.kind === "chat"; // answers an instruction, greedily
     this.state("idle");
     this.busy = false;
     this.dirty = false;
@@ -134,9 +161,10 @@
     var id = "attnbook-inpage-" + this.name;
     var top = el("div", {"class": "attnbook-inpage-input"}, root);
     el("label", {"for": id + "-text", text: this.tagger ? "Type a sequence; the table shows the model\u2019s " +
-       "answers at every position." : "Type some text; the model predicts the next character."}, top);
-    this.text = el("textarea", {id: id + "-text", rows: this.tagger ? "1" : "3", spellcheck: "false", autocomplete: "off",
-                                autocapitalize: "off"}, top);
+       "answers at every position." : this.chat ? "Type an instruction; the model answers it." :
+       "Type some text; the model predicts the next character."}, top);
+    this.text = el("textarea", {id: id + "-text", rows: this.tagger || this.chat ? "1" : "3", spellcheck: "false",
+                                autocomplete: "off", autocapitalize: "off"}, top);
     this.text.value = root.dataset.prompt || "";
     this.notes = el("p", {"class": "attnbook-inpage-notes", "aria-live": "polite"}, top);
     this.announcer = el("p", {"class": "attnbook-inpage-announce attnbook-sr-only", "aria-live": "polite",
@@ -145,12 +173,17 @@
 
     var panels = el("div", {"class": "attnbook-inpage-panels"}, root);
     var left = el("div", {"class": "attnbook-inpage-panel"}, panels);
-    el("h4", {text: this.tagger ? "Answers" : "Next character"}, left);
+    el("h4", {text: this.tagger ? "Answers" : this.chat ? "The turn, and the answer" : "Next character"}, left);
     if (this.tagger) this.table = el("div", {"class": "attnbook-inpage-table"}, left);
+    if (this.chat) {
+      this.turn = el("p", {"class": "attnbook-inpage-turn"}, left);
+      this.reply = el("p", {"class": "attnbook-inpage-reply"}, left);
+    }
     this.bars = el("div", {"class": "attnbook-inpage-bars", role: "list"}, left);
+    this.bars.hidden = this.chat;
 
     var controls = el("div", {"class": "attnbook-inpage-controls"}, left);
-    controls.hidden = this.tagger;
+    controls.hidden = this.tagger || this.chat;
     var t = el("label", {}, controls);
     t.append("temperature ");
     this.temperature = el("input", {type: "range", min: "0", max: "2", step: "0.05"}, t);
@@ -251,6 +284,13 @@
   Widget.prototype.setUp = function () {
     var meta = this.meta, i;
     this.vocab = Array.from(meta.vocab);
+    this.chars = this.vocab.length; // ids from here on are the template's tokens
+    if (meta.template) { // a chat: the template's tokens by name after the characters
+      ["user", "assistant", "end"].forEach(function (role) {
+        this.vocab.push(meta.template[role]);
+        TOKEN_ROLES[meta.template[role]] = role;
+      }, this);
+    }
     if (meta.sampling) { // a language model: the sampling controls start at the exported values
       var sampling = meta.sampling, V = this.vocab.length;
       this.temperature.value = sampling.temperature;
@@ -290,8 +330,8 @@
       do {
         self.dirty = false;
         var begin = performance.now();
-        var prompt = promptIds(self.text.value, self.meta);
-        var result = await self.run(prompt.ids);
+        var prompt = (self.chat ? chatIds : promptIds)(self.text.value, self.meta);
+        var result = self.chat ? await self.converse(prompt) : await self.run(prompt.ids);
         self.show(prompt, result);
         self.root.dataset.updateMs = (performance.now() - begin).toFixed(1);
       } while (self.dirty);
@@ -300,29 +340,61 @@
     return this.pending;
   };
 
+  // A chat: greedy decoding from the turn, each step on the last block_size tokens, until <|end|> or
+  // max_new_tokens (attnbook.chat.answer with temperature 0). The result is the last step's run, on the turn
+  // and the answer before its last token, with the answer's ids and each one's probability.
+  Widget.prototype.converse = async function (prompt) {
+    var end = this.chars + 2, ids = prompt.ids.slice(), answer = [], probs = [], result = null;
+    var B = this.meta.block_size, n = this.meta.sampling.max_new_tokens;
+    for (var i = 0; i < n; i++) {
+      var context = ids.slice(-B);
+      result = await this.run(context);
+      var logits = this.lastLogits(result), next = 0;
+      for (var j = 1; j < logits.length; j++) if (logits[j] > logits[next]) next = j; // the first largest
+      answer.push(next);
+      probs.push(sampleProbs(logits, 1, null)[next]);
+      ids.push(next);
+      result.context = context;
+      if (next === end) break;
+    }
+    result.answer = answer;
+    result.answerProbs = probs;
+    return result;
+  };
+
   Widget.prototype.lastLogits = function (result) {
     var V = this.vocab.length;
     return result.logits.subarray((result.T - 1) * V, result.T * V);
   };
 
   Widget.prototype.show = function (prompt, result) {
-    var V = this.vocab.length;
     this.prompt = prompt;
     this.result = result;
     this.root.dataset.context = prompt.text;
     // notes on what the model read
     var notes = [];
+    if (this.chat) { // the labels of the tokens the heatmap shows (the last step's input)
+      var vocab = this.vocab;
+      this.tokens = result.context.map(function (i) { return vocab[i]; });
+      var cut = prompt.ids.length + result.answer.length - 1 - result.context.length;
+      if (cut > 0) {
+        notes.push("The model reads only its last " + this.meta.block_size + " tokens: by the end of the answer " +
+                   "the first " + cut + " of the turn " + (cut === 1 ? "is" : "are") + " left out.");
+      }
+    } else this.tokens = Array.from(prompt.text);
     if (prompt.dropped.length) {
-      notes.push("Not in the model\u2019s " + V + " characters, left out: " +
+      notes.push("Not in the model\u2019s " + this.chars + " characters, left out: " +
                  prompt.dropped.map(describe).join(", ") + ".");
     }
     if (prompt.empty) notes.push("Empty prompt: the model reads " + describe(this.meta.start) + " instead.");
     if (prompt.cropped) notes.push("The model reads only the last " + this.meta.block_size +
                                    " characters (its context): " + prompt.cropped + " earlier character" +
                                    (prompt.cropped === 1 ? " is" : "s are") + " left out.");
-    this.notes.textContent = notes.join(" ") || ("The model reads " + prompt.ids.length + " character" +
-                                                 (prompt.ids.length === 1 ? "" : "s") + ".");
+    this.notes.textContent = notes.join(" ") || (this.chat ? "The turn is " + prompt.ids.length +
+      " tokens: the instruction\u2019s " + (prompt.ids.length - 3) + " characters and the template\u2019s 3." :
+      "The model reads " + prompt.ids.length + " character" + (prompt.ids.length === 1 ? "" : "s") + ".");
     if (this.tagger) this.showAnswers(result);
+    else if (this.chat) this.showTurn(prompt, result);
     else this.showBars(result);
     this.drawHeatmap();
     this.announceSoon();
@@ -336,6 +408,7 @@
   };
 
   Widget.prototype.summary = function () {
+    if (this.chat) return this.reply.textContent;
     if (this.tagger) {
       var answers = JSON.parse(this.root.dataset.answers), T = this.result.T, jobs = this.meta.jobs;
       return "At the last of " + T + " positions: " + jobs.map(function (job) {
@@ -367,6 +440,32 @@
       el("span", {"class": "attnbook-inpage-p", text: probs[i].toFixed(3)}, row);
       row.addEventListener("click", function () { self.append(self.vocab[i]); });
     });
+  };
+
+  // A chat: the turn in the template, the answer's tokens shaded by their probability, and the answer.
+  Widget.prototype.showTurn = function (prompt, result) {
+    var self = this, ramp = this.colours().ramp.map(rgb), n = prompt.ids.length, end = this.chars + 2;
+    this.turn.textContent = "";
+    prompt.ids.concat(result.answer).forEach(function (id, i) {
+      var special = id >= self.chars, name = self.vocab[id];
+      var cell = el("span", {"class": "attnbook-inpage-token" + (special ? " attnbook-inpage-special" : ""),
+                             text: special ? name : show(name)}, self.turn);
+      if (i >= n) { // an answer token: shaded by its probability
+        var p = result.answerProbs[i - n];
+        cell.classList.add("attnbook-inpage-answer");
+        cell.title = "probability " + p.toFixed(3);
+        cell.style.background = mix(ramp, p);
+        cell.style.color = p > 0.6 ? "var(--attnbook-inpage-on-heat)" : "var(--attnbook-inpage-text)";
+      }
+    });
+    var stopped = result.answer[result.answer.length - 1] === end;
+    var text = result.answer.slice(0, stopped ? -1 : undefined).map(function (i) { return self.vocab[i]; }).join("");
+    this.root.dataset.answer = text;
+    this.root.dataset.answerIds = JSON.stringify(result.answer);
+    this.root.dataset.answerProbs = JSON.stringify(result.answerProbs);
+    this.root.dataset.stopped = String(stopped);
+    this.reply.textContent = "The model answers: " + (text ? "\u201c" + text + "\u201d" : "nothing") +
+      (stopped ? ", then ends its turn." : ", and does not end its turn within " + result.answer.length + " tokens.");
   };
 
   // A tagger: under each character, every job's most likely label, shaded by its probability.
@@ -439,7 +538,7 @@
 
   Widget.prototype.drawHeatmap = function () {
     if (!this.result) return;
-    var rows = this.matrix(), T = rows.length, chars = Array.from(this.prompt.text);
+    var rows = this.matrix(), T = rows.length, chars = this.tokens;
     this.canvas.dataset.weights = JSON.stringify(rows);
     this.canvas.dataset.layer = this.layer.value;
     this.canvas.dataset.head = this.head.value;
@@ -479,14 +578,16 @@
       }
     }
     this.canvas.setAttribute("aria-label", "Attention weights of layer " + (+this.layer.value + 1) + ", head " +
-                             (+this.head.value + 1) + " over the " + T + " characters the model reads");
+                             (+this.head.value + 1) + " over the " + T + (this.chat ? " tokens" : " characters") +
+                             " the model reads");
     this.heatText.textContent = this.heatSummary(rows, chars);
   };
 
   // In words: for each character, the one it attends to most.
   Widget.prototype.heatSummary = function (rows, chars) {
     var causal = this.meta.causal;
-    return "For each character, the character it attends to most: " + rows.map(function (row, q) {
+    var word = this.chat ? "token" : "character";
+    return "For each " + word + ", the " + word + " it attends to most: " + rows.map(function (row, q) {
       var best = 0;
       for (var k = 1; k < row.length; k++) if ((!causal || k <= q) && row[k] > row[best]) best = k;
       return (q + 1) + " " + describe(chars[q]) + " to " + (best + 1) + " " + describe(chars[best]) + " (" +
@@ -519,8 +620,8 @@
   };
 
   Widget.prototype.readCell = function (q, k) {
-    var chars = Array.from(this.prompt.text), w = this.matrix()[q][k];
-    this.readout.textContent = "Character " + (q + 1) + " (" + describe(chars[q]) + ") reading character " +
+    var chars = this.tokens, w = this.matrix()[q][k], word = this.chat ? "Token" : "Character";
+    this.readout.textContent = word + " " + (q + 1) + " (" + describe(chars[q]) + ") reading " + word.toLowerCase() + " " +
       (k + 1) + " (" + describe(chars[k]) + "): " +
       (k > q && this.meta.causal ? "masked (a later character)" : "weight " + w.toFixed(3));
   };
@@ -556,7 +657,7 @@
     Array.prototype.forEach.call(roots, function (root) { root.attnbookWidget = new Widget(root); });
   }
 
-  window.attnbookInpage = {sampleProbs: sampleProbs, promptIds: promptIds};
+  window.attnbookInpage = {sampleProbs: sampleProbs, promptIds: promptIds, chatIds: chatIds};
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();
