@@ -95,7 +95,9 @@ poppler:
 
 # --- the book -----------------------------------------------------------------------------------
 # The diagrams are drawn by code (book/_ext/attnbook_book/diagrams/); the SVG files are committed so that
-# Jupyter shows them, and every build draws them again (a test fails if a committed file is stale).
+# Jupyter shows them, and every build draws them again (a test fails if a committed file is stale). Each has a
+# PNG beside it, drawn from the SVG by Chromium when the SVG changed, which the paired notebooks carry (Colab's
+# markdown draws no SVG data URL); the PNG records its SVG's sha256, so a test finds a stale one without a browser.
 diagrams: python-env
 	$(PY) -m attnbook_book.diagrams write
 
