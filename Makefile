@@ -104,7 +104,8 @@ diagrams: python-env
 sync: python-env
 	$(PY) -m attnbook_book.notebooks sync
 
-# After changing the version in pyproject.toml: every chapter's setup cell installs that release (tag vX.Y.Z).
+# After changing the version in pyproject.toml: every chapter's setup cell installs that release (tag vX.Y.Z)
+# and the Colab buttons (_config.yml) open the notebooks at that tag.
 pin: python-env
 	$(PY) -m attnbook_book.notebooks pin
 

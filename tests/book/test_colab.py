@@ -85,6 +85,25 @@ def test_pin_points_every_setup_cell_at_a_release(tmp_path):
     assert notebooks.pin(tmp_path, "v9.8.7") == []
 
 
+def test_the_colab_buttons_open_the_release_the_setup_cells_install():
+    """The chapters' Colab buttons open each notebook at the tag its setup cell installs the library at (the
+    version of pyproject.toml), not at a moving branch: the notebook and the library come from one tree."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert notebooks.launch_branch() == notebooks.release_tag() == f"v{version}", (
+        f"the Colab buttons open {notebooks.launch_branch()}, the setup cells install v{version}: run `make pin`"
+    )
+
+
+def test_pin_points_the_colab_buttons_at_the_release(tmp_path):
+    config = tmp_path / "_config.yml"
+    before = (REPO / "_config.yml").read_text().replace(f"branch: {notebooks.launch_branch()}", "branch: main")
+    config.write_text(before)
+    assert notebooks.launch_branch(config) == "main"
+    assert notebooks.pin_launch_buttons(config, "v9.8.7") and notebooks.launch_branch(config) == "v9.8.7"
+    assert config.read_text() == before.replace("branch: main", "branch: v9.8.7")  # nothing else changed
+    assert not notebooks.pin_launch_buttons(config, "v9.8.7")
+
+
 def test_setup_requirements_runs_the_cells_colab_branch():
     cell = (
         "import subprocess\nimport sys\n\n"

@@ -13,7 +13,8 @@ Run as a program:
 
     python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
                                                         # the grader's list of exercises from them
-    python -m attnbook_book.notebooks pin               # the setup cells install the version of pyproject.toml
+    python -m attnbook_book.notebooks pin               # the setup cells install the version of pyproject.toml,
+                                                        # and the Colab buttons open the notebooks at its tag
     python -m attnbook_book.notebooks embed FOLDER      # the diagrams written into the notebooks of FOLDER
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
@@ -231,6 +232,28 @@ def pin(root: Path = CHAPTERS, tag: str | None = None) -> list[Path]:
     return changed
 
 
+_LAUNCH_BRANCH = re.compile(r"^(repository:\n(?:  .*\n)*?  branch: )(\S+)$", re.M)
+
+
+def launch_branch(config: Path = REPO / "_config.yml") -> str:
+    """The git ref the book's Colab buttons open the chapters' notebooks at (``repository.branch``)."""
+    return yaml.safe_load(config.read_text())["repository"]["branch"]
+
+
+def pin_launch_buttons(config: Path = REPO / "_config.yml", tag: str | None = None) -> bool:
+    """Point the book's Colab buttons at the release ``tag`` (default: pyproject.toml's version), the tag the
+    setup cells install, so that a learner's notebook and its library come from the same tree; True when
+    ``config`` changed."""
+    tag = tag or release_tag()
+    text = config.read_text()
+    if _LAUNCH_BRANCH.search(text) is None:
+        raise ValueError(f"{config} has no `branch:` under `repository:`")
+    fresh = _LAUNCH_BRANCH.sub(lambda m: m.group(1) + tag, text)
+    if fresh != text:
+        config.write_text(fresh)
+    return fresh != text
+
+
 def exercise_manifest(root: Path = CHAPTERS) -> str:
     """The text of the grader's list of every chapter's exercises (``attnbook/exercises/chapters.json``), by page:
     one entry per page with exercises (a further page of a chapter may have none, and has nothing to grade)."""
@@ -395,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnbook_book.notebooks")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync")
-    sub.add_parser("pin", help="point the setup cells at the release of pyproject.toml's version")
+    sub.add_parser("pin", help="point the setup cells and Colab buttons at the release of pyproject.toml")
     embedding = sub.add_parser("embed", help="write the diagrams into every notebook of a folder")
     embedding.add_argument("folder", type=Path)
     student = sub.add_parser("student")
@@ -413,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "pin":
         for path in pin():
             print(f"wrote {path.relative_to(REPO)}")
+        if pin_launch_buttons():
+            print("wrote _config.yml")
         for path in sync():
             print(f"wrote {path.relative_to(REPO)}")
     elif args.command == "embed":
