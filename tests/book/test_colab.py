@@ -211,3 +211,19 @@ def test_the_pages_say_what_was_tested_where(page):
     book_torch = re.search(r"^torch==(\d+\.\d+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
     assert f"PyTorch {book_torch}" in text
     assert notebooks.release_tag() in text
+
+
+FROM_PYPI = re.compile(r"""pip install (?:-\w+ )*["']?attnbook(?:\[[a-z,]+\])?(?! @ git\+)["'\s]""")
+
+
+def test_no_page_installs_the_library_by_a_name_pypi_does_not_have():
+    """``attnbook`` is not on PyPI: an install by its name alone fails (or, were the name taken, installs another
+    package). Every install the README, the pages, the chapters and the library's help give names the book's
+    repository (``attnbook @ git+...``) or a clone (``pip install -e .``)."""
+    assert FROM_PYPI.search('pip install "attnbook[grade]"') and FROM_PYPI.search("pip install attnbook\n")
+    assert not FROM_PYPI.search(f'pip install "attnbook[hf] @ git+{URL}@v1.0.0"')
+    files = [REPO / "README.md", *(REPO / "book").glob("*.md"), *SOURCES, *(REPO / "lib").rglob("*.py")]
+    found = [
+        f"{path.relative_to(REPO)}: {m.group(0)!r}" for path in files for m in FROM_PYPI.finditer(path.read_text())
+    ]
+    assert not found, found
