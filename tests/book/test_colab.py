@@ -227,3 +227,14 @@ def test_no_page_installs_the_library_by_a_name_pypi_does_not_have():
         f"{path.relative_to(REPO)}: {m.group(0)!r}" for path in files for m in FROM_PYPI.finditer(path.read_text())
     ]
     assert not found, found
+
+
+def test_the_setup_cells_print_what_the_how_to_page_says():
+    """How to use: the setup cell "prints the version of PyTorch it runs with and, on most pages, the device"."""
+    setups = {md.name: next(c.source for c in notebooks.read_md(md).cells if c.cell_type == "code") for md in SOURCES}
+    without_version = [name for name, cell in setups.items() if 'print(f"PyTorch {torch.__version__}' not in cell]
+    assert not without_version, f"these setup cells print no PyTorch version: {without_version}"
+    with_device = [name for name, cell in setups.items() if re.search(r"running on (\{device\}|the CPU)", cell)]
+    assert len(with_device) > len(setups) / 2, f"{len(with_device)} of {len(setups)} print the device"
+    page = " ".join((REPO / "book" / "how_to_use.md").read_text().split())
+    assert "prints the version of PyTorch it runs with and, on most pages, the device it will use" in page
