@@ -237,7 +237,7 @@ test-compat: python-env
 # other packages), every package a chapter uses at Colab's version; then the library installed as the setup
 # cells install it (the same requirements and extras, the library from this checkout), which must change none
 # of those packages; then every chapter executed there, and the classic Notebook front end (ipywidgets 7, the
-# widgets Colab draws) driven in Chromium. Its environment: 5.8 GB of disk, built in 8 minutes (one run).
+# widgets Colab draws) driven in Chromium. Its environment: 5.8 GB of disk, built in 8 minutes; the chapters: 26 minutes (one run).
 COLAB := $(BUILD)/colab
 COLAB_PY := $(COLAB)/venv/bin/python
 COLAB_TOOL := book/_ext/attnbook_book/colab.py
