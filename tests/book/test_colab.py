@@ -85,6 +85,25 @@ def test_pin_points_every_setup_cell_at_a_release(tmp_path):
     assert notebooks.pin(tmp_path, "v9.8.7") == []
 
 
+def test_the_colab_buttons_open_the_release_the_setup_cells_install():
+    """The chapters' Colab buttons open each notebook at the tag its setup cell installs the library at (the
+    version of pyproject.toml), not at a moving branch: the notebook and the library come from one tree."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert notebooks.launch_branch() == notebooks.release_tag() == f"v{version}", (
+        f"the Colab buttons open {notebooks.launch_branch()}, the setup cells install v{version}: run `make pin`"
+    )
+
+
+def test_pin_points_the_colab_buttons_at_the_release(tmp_path):
+    config = tmp_path / "_config.yml"
+    before = (REPO / "_config.yml").read_text().replace(f"branch: {notebooks.launch_branch()}", "branch: main")
+    config.write_text(before)
+    assert notebooks.launch_branch(config) == "main"
+    assert notebooks.pin_launch_buttons(config, "v9.8.7") and notebooks.launch_branch(config) == "v9.8.7"
+    assert config.read_text() == before.replace("branch: main", "branch: v9.8.7")  # nothing else changed
+    assert not notebooks.pin_launch_buttons(config, "v9.8.7")
+
+
 def test_setup_requirements_runs_the_cells_colab_branch():
     cell = (
         "import subprocess\nimport sys\n\n"
@@ -192,3 +211,30 @@ def test_the_pages_say_what_was_tested_where(page):
     book_torch = re.search(r"^torch==(\d+\.\d+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
     assert f"PyTorch {book_torch}" in text
     assert notebooks.release_tag() in text
+
+
+FROM_PYPI = re.compile(r"""pip install (?:-\w+ )*["']?attnbook(?:\[[a-z,]+\])?(?! @ git\+)["'\s]""")
+
+
+def test_no_page_installs_the_library_by_a_name_pypi_does_not_have():
+    """``attnbook`` is not on PyPI: an install by its name alone fails (or, were the name taken, installs another
+    package). Every install the README, the pages, the chapters and the library's help give names the book's
+    repository (``attnbook @ git+...``) or a clone (``pip install -e .``)."""
+    assert FROM_PYPI.search('pip install "attnbook[grade]"') and FROM_PYPI.search("pip install attnbook\n")
+    assert not FROM_PYPI.search(f'pip install "attnbook[hf] @ git+{URL}@v1.0.0"')
+    files = [REPO / "README.md", *(REPO / "book").glob("*.md"), *SOURCES, *(REPO / "lib").rglob("*.py")]
+    found = [
+        f"{path.relative_to(REPO)}: {m.group(0)!r}" for path in files for m in FROM_PYPI.finditer(path.read_text())
+    ]
+    assert not found, found
+
+
+def test_the_setup_cells_print_what_the_how_to_page_says():
+    """How to use: the setup cell "prints the version of PyTorch it runs with and, on most pages, the device"."""
+    setups = {md.name: next(c.source for c in notebooks.read_md(md).cells if c.cell_type == "code") for md in SOURCES}
+    without_version = [name for name, cell in setups.items() if 'print(f"PyTorch {torch.__version__}' not in cell]
+    assert not without_version, f"these setup cells print no PyTorch version: {without_version}"
+    with_device = [name for name, cell in setups.items() if re.search(r"running on (\{device\}|the CPU)", cell)]
+    assert len(with_device) > len(setups) / 2, f"{len(with_device)} of {len(setups)} print the device"
+    page = " ".join((REPO / "book" / "how_to_use.md").read_text().split())
+    assert "prints the version of PyTorch it runs with and, on most pages, the device it will use" in page

@@ -227,7 +227,7 @@ def test_explorers_and_progress_bars_are_drawn_and_move(server, page):
     selectors = SELECTORS[UI]
     # the diagrams, which the notebook carries
     diagrams = page.eval_on_selector_all(
-        selectors["markdown"] + " img[src^='data:image/svg+xml']", "els => els.map(e => e.complete && e.naturalWidth)"
+        selectors["markdown"] + " img[src^='data:image/png']", "els => els.map(e => e.complete && e.naturalWidth)"
     )
     expected = len(notebooks._DIAGRAM_IMAGE.findall(CHAPTER.with_suffix(".md").read_text()))
     assert len(diagrams) == expected >= 1 and all(diagrams), f"{expected} diagrams, drawn: {diagrams}"

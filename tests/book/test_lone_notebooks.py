@@ -1,8 +1,9 @@
 """A chapter's notebook opened alone (in Colab, or downloaded) shows its diagrams: the paired ``.ipynb`` carries
-each one, written into its markdown cell (an SVG data URL). Each notebook is rendered from a folder holding only
-that file (nbconvert, as Jupyter would show it) and opened in Chromium with the network shut, and every diagram
-must be drawn, in its light colours (an ``<img>`` cannot see a page's dark mode; the SVG's own stylesheet gives
-it its colours). ``test_frontends.py`` looks at them in JupyterLab and the classic Notebook too."""
+each one, written into its markdown cell (a PNG data URL: Colab's markdown draws no SVG one). Each notebook is
+rendered from a folder holding only that file (nbconvert, as Jupyter would show it) and opened in Chromium with
+the network shut, and every diagram must be drawn, in its light colours (the PNG is drawn from the SVG in the
+SVG's light colours; an ``<img>`` cannot see a page's dark mode). ``test_frontends.py`` looks at them in
+JupyterLab and the classic Notebook too."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def _render(md, folder):
 IMAGES = """els => els.map(img => {
     const drawn = img.complete && img.naturalWidth > 0, src = img.getAttribute("src") || "";
     let dark = null, coloured = null;
-    if (drawn && src.startsWith("data:image/svg+xml")) {
+    if (drawn && src.startsWith("data:image/png")) {
         const canvas = document.createElement("canvas");
         canvas.width = img.naturalWidth;
         canvas.height = img.naturalHeight;
@@ -89,7 +90,7 @@ def chromium():
 def test_a_lone_notebook_draws_every_diagram(md, tmp_path, chromium):
     chromium.goto(_render(md, tmp_path).as_uri(), wait_until="load")
     images = chromium.eval_on_selector_all(".jp-MarkdownOutput img", IMAGES)
-    diagrams = [i for i in images if i["src"].startswith("data:image/svg+xml")]
+    diagrams = [i for i in images if i["src"].startswith("data:image/png")]
     assert len(diagrams) == DIAGRAMS[md], f"{md.name}: {len(diagrams)} diagrams in the page, {DIAGRAMS[md]} in the .md"
     broken = [i["alt"] for i in images if not i["drawn"]]
     assert not broken, f"{md.name}: images not drawn: {broken}"

@@ -4,15 +4,17 @@ A chapter is one page, ``chapters/NN_slug.md``, or several: the chapter's file k
 and each further page is ``chapters/NN_K_slug.md`` (K = 1, 2, ...), listed under the chapter in _toc.yml with
 ``sections:`` (numbered NN.1, NN.2 in the book). Every page is a notebook of its own.
 
-The paired ``.ipynb`` carries the chapter's diagrams (each SVG written into its markdown cell as a data URL), so
-that a notebook opened alone (in Colab, or downloaded) shows them; the ``.md`` points at ``book/images/diagrams/``,
-and the staged notebooks the book is built from point there again, for the book's inline, dark-mode-aware figures.
+The paired ``.ipynb`` carries the chapter's diagrams (the PNG drawn from each SVG, written into its markdown cell
+as a data URL), so that a notebook opened alone (in Colab, or downloaded) shows them; the ``.md`` points at
+``book/images/diagrams/``, and the staged notebooks the book is built from point there again, at the SVG, for
+the book's inline, dark-mode-aware figures.
 
 Run as a program:
 
     python -m attnbook_book.notebooks sync              # write chapters/*.ipynb from chapters/*.md, and
                                                         # the grader's list of exercises from them
-    python -m attnbook_book.notebooks pin               # the setup cells install the version of pyproject.toml
+    python -m attnbook_book.notebooks pin               # the setup cells install the version of pyproject.toml,
+                                                        # and the Colab buttons open the notebooks at its tag
     python -m attnbook_book.notebooks embed FOLDER      # the diagrams written into the notebooks of FOLDER
     python -m attnbook_book.notebooks student OUT        # student notebooks (solutions removed) into OUT
     python -m attnbook_book.notebooks stage EXECUTED SRC # the book's sources with executed chapters into SRC
@@ -34,6 +36,8 @@ import jupytext
 import nbformat
 import yaml
 from attnbook.grading import catalog
+
+from .diagrams import raster
 
 REPO = Path(__file__).resolve().parents[3]
 CHAPTERS = REPO / "chapters"
@@ -103,31 +107,36 @@ def read_md(path: Path) -> nbformat.NotebookNode:
 
 DIAGRAMS = REPO / "book" / "images" / "diagrams"
 DIAGRAM_PATH = "../book/images/diagrams/"  # how a chapter's .md points at a diagram
-SVG_DATA = "data:image/svg+xml;base64,"
+PNG_DATA = "data:image/png;base64,"
 _DIAGRAM_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(DIAGRAM_PATH) + r"([a-z0-9_]+)\.svg\)")
-_EMBEDDED_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(SVG_DATA) + r"([A-Za-z0-9+/=]+)\)")
-_DIAGRAM_NAME = re.compile(r'<svg\b[^>]*\bdata-diagram="([a-z0-9_]+)"')
+_EMBEDDED_IMAGE = re.compile(r"(!\[[^\]]*\]\()" + re.escape(PNG_DATA) + r"([A-Za-z0-9+/=]+)\)")
 
 
 def embed_diagrams(source: str, diagrams: Path = DIAGRAMS) -> str:
-    """A markdown cell's diagrams written into it: ``![alt](data:image/svg+xml;base64,...)``, so that a notebook
-    opened alone shows them. Colab, JupyterLab, the classic Notebook, VS Code and nbconvert all draw such an
-    image; JupyterLab draws no SVG cell attachment (jupyterlab/jupyterlab#10464), which is why not those."""
+    """A markdown cell's diagrams written into it: ``![alt](data:image/png;base64,...)``, the PNG drawn from
+    each SVG (``make diagrams``), so that a notebook opened alone shows them. Colab, JupyterLab, the classic
+    Notebook, VS Code and nbconvert all draw such an image. Not the SVG: Colab's markdown draws no SVG data URL
+    (googlecolab/colabtools#2092); and not cell attachments: JupyterLab draws no SVG attachment
+    (jupyterlab/jupyterlab#10464)."""
 
     def embed(match: re.Match) -> str:
-        data = base64.b64encode((diagrams / f"{match.group(2)}.svg").read_bytes()).decode("ascii")
-        return f"{match.group(1)}{SVG_DATA}{data})"
+        name = match.group(2)
+        png = (diagrams / f"{name}.png").read_bytes()
+        if raster.png_text(png).get(raster.SHA_KEY) != raster.svg_sha256((diagrams / f"{name}.svg").read_bytes()):
+            raise RuntimeError(f"{name}.png is not drawn from {name}.svg: run `make diagrams`")
+        return f"{match.group(1)}{PNG_DATA}{base64.b64encode(png).decode('ascii')})"
 
     return _DIAGRAM_IMAGE.sub(embed, source)
 
 
 def unembed_diagrams(source: str) -> str:
-    """The reverse of :func:`embed_diagrams`, for the book's build: each diagram points at its file again (the
-    book draws it inline from there, in the page's colour mode). The SVG names itself (``data-diagram``)."""
+    """The reverse of :func:`embed_diagrams`, for the book's build: each diagram points at its SVG file again
+    (the book draws it inline from there, in the page's colour mode). The PNG names its diagram (a ``tEXt``
+    chunk)."""
 
     def point(match: re.Match) -> str:
-        svg = base64.b64decode(match.group(2)).decode("utf-8")
-        return f"{match.group(1)}{DIAGRAM_PATH}{_DIAGRAM_NAME.search(svg).group(1)}.svg)"
+        name = raster.png_text(base64.b64decode(match.group(2)))[raster.NAME_KEY]
+        return f"{match.group(1)}{DIAGRAM_PATH}{name}.svg)"
 
     return _EMBEDDED_IMAGE.sub(point, source)
 
@@ -221,6 +230,28 @@ def pin(root: Path = CHAPTERS, tag: str | None = None) -> list[Path]:
             md.write_text(fresh)
             changed.append(md)
     return changed
+
+
+_LAUNCH_BRANCH = re.compile(r"^(repository:\n(?:  .*\n)*?  branch: )(\S+)$", re.M)
+
+
+def launch_branch(config: Path = REPO / "_config.yml") -> str:
+    """The git ref the book's Colab buttons open the chapters' notebooks at (``repository.branch``)."""
+    return yaml.safe_load(config.read_text())["repository"]["branch"]
+
+
+def pin_launch_buttons(config: Path = REPO / "_config.yml", tag: str | None = None) -> bool:
+    """Point the book's Colab buttons at the release ``tag`` (default: pyproject.toml's version), the tag the
+    setup cells install, so that a learner's notebook and its library come from the same tree; True when
+    ``config`` changed."""
+    tag = tag or release_tag()
+    text = config.read_text()
+    if _LAUNCH_BRANCH.search(text) is None:
+        raise ValueError(f"{config} has no `branch:` under `repository:`")
+    fresh = _LAUNCH_BRANCH.sub(lambda m: m.group(1) + tag, text)
+    if fresh != text:
+        config.write_text(fresh)
+    return fresh != text
 
 
 def exercise_manifest(root: Path = CHAPTERS) -> str:
@@ -387,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnbook_book.notebooks")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync")
-    sub.add_parser("pin", help="point the setup cells at the release of pyproject.toml's version")
+    sub.add_parser("pin", help="point the setup cells and Colab buttons at the release of pyproject.toml")
     embedding = sub.add_parser("embed", help="write the diagrams into every notebook of a folder")
     embedding.add_argument("folder", type=Path)
     student = sub.add_parser("student")
@@ -405,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "pin":
         for path in pin():
             print(f"wrote {path.relative_to(REPO)}")
+        if pin_launch_buttons():
+            print("wrote _config.yml")
         for path in sync():
             print(f"wrote {path.relative_to(REPO)}")
     elif args.command == "embed":

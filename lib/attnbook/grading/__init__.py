@@ -12,5 +12,8 @@ checkers they call from their notebooks are :mod:`attnbook.exercises`.
 - :mod:`.feedback`: a page per learner, and Gradescope's results format;
 - :mod:`.gradescope`: the Gradescope autograder bundle and what it runs.
 
-It needs the ``grade`` extra (``pip install "attnbook[grade]"``) and a system with ``fork()``.
+It needs the ``grade`` extra and a system with ``fork()``. The package is not on PyPI: install it from the book's
+repository at its release (or ``pip install -e ".[grade]"`` in a clone)::
+
+    pip install "attnbook[grade] @ git+https://github.com/attention-step-by-step/attention-step-by-step@vX.Y.Z"
 """

@@ -1,7 +1,8 @@
 """The book's diagrams: each is a function here that draws it with ``svg.Diagram``; the build writes them to
-``book/images/diagrams/<name>.svg``, where the chapters (and Jupyter) find them.
+``book/images/diagrams/<name>.svg``, where the chapters (and Jupyter) find them, and a PNG drawn from each SVG
+(``raster``), which the paired notebooks carry.
 
-    python -m attnbook_book.diagrams write   # (re)write every diagram, remove files that have no source
+    python -m attnbook_book.diagrams write   # (re)write every diagram and its PNG, remove files without a source
     python -m attnbook_book.diagrams check   # fail if a file is stale, missing or has no source
 
 A chapter shows diagram ``name`` with a Markdown image followed by its caption paragraph,
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from . import raster
 from .svg import Diagram
 
 REPO = Path(__file__).resolve().parents[4]
@@ -49,8 +51,9 @@ def render(name: str) -> str:
     return d.svg()
 
 
-def problems(out: Path = OUT) -> list[str]:
-    """What is out of date in ``out``: stale or missing files, and files that no diagram produces."""
+def problems(out: Path = OUT, pngs: bool = True) -> list[str]:
+    """What is out of date in ``out``: stale or missing files, and files that no diagram produces (the PNGs
+    too, unless ``pngs`` is false)."""
     found = []
     for name in sorted(REGISTRY):
         path = out / f"{name}.svg"
@@ -61,11 +64,12 @@ def problems(out: Path = OUT) -> list[str]:
     for path in sorted(out.glob("*.svg")) if out.exists() else []:
         if path.stem not in REGISTRY:
             found.append(f"{path.name} has no source in attnbook_book.diagrams")
-    return found
+    return found + (raster.problems(out, sorted(REGISTRY)) if pngs else [])
 
 
-def write(out: Path = OUT) -> list[Path]:
-    """Write every diagram into ``out`` and remove files without a source; return the files that changed."""
+def write(out: Path = OUT, pngs: bool = True) -> list[Path]:
+    """Write every diagram into ``out`` (and, unless ``pngs`` is false, draw the PNG of each one that changed)
+    and remove files without a source; return the files that changed."""
     out.mkdir(parents=True, exist_ok=True)
     changed = []
     for name in sorted(REGISTRY):
@@ -77,7 +81,7 @@ def write(out: Path = OUT) -> list[Path]:
         if path.stem not in REGISTRY:
             path.unlink()
             changed.append(path)
-    return changed
+    return changed + (raster.draw(out, sorted(REGISTRY)) if pngs else [])
 
 
 def main(argv: list[str] | None = None) -> int:
