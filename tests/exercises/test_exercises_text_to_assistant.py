@@ -93,6 +93,11 @@ def test_group_advantages_checker():
     assert_fails_with(
         ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True), "not NaN"
     )
+    assert_fails_with(  # LayerNorm's form: eps under the square root
+        ex.check_group_advantages,
+        lambda r: (r - r.mean(-1, keepdim=True)) / (r.var(-1, keepdim=True) + 1e-4).sqrt(),
+        "under the square root",
+    )
 
     def in_place(r):
         r -= r.mean(-1, keepdim=True)

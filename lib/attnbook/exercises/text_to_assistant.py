@@ -201,9 +201,11 @@ def check_dpo_loss(fn) -> Result:
 # --- GRPO's group advantages -------------------------------------------------------------------------------------
 
 
-def _advantages(rewards, *, unbiased=True, per_group=True, divide=True, eps=1e-4):
+def _advantages(rewards, *, unbiased=True, per_group=True, divide=True, eps=1e-4, eps_in_sqrt=False):
     dims = -1 if per_group else (0, 1)
     mean = rewards.mean(dim=dims, keepdim=True)
+    if eps_in_sqrt:  # as LayerNorm does: sqrt(var + eps)
+        return (rewards - mean) / (rewards.var(dim=dims, keepdim=True, unbiased=unbiased) + eps).sqrt()
     std = rewards.std(dim=dims, keepdim=True, unbiased=unbiased)
     return (rewards - mean) / (std + eps) if divide else rewards - mean
 
@@ -216,6 +218,7 @@ def _advantage_cases():
     ]
     cases.append((torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]),))  # uniform groups
     cases.append((torch.rand(2, 2, generator=g, dtype=torch.float64) * 1e6,))  # two answers, large rewards
+    cases.append((torch.tensor([[0.0, 1e-3, 0.0, 2e-3], [0.5, 0.5, 0.5, 0.501]], dtype=torch.float64),))  # tiny spread
     return cases
 
 
@@ -239,6 +242,11 @@ def check_group_advantages(fn) -> Result:
             "add eps = 1e-4 to the std: a group whose answers all score alike has std 0, and its advantages "
             "must be 0, not NaN.",
             functools.partial(_advantages, eps=0.0),
+        ),
+        Mistake(
+            "add 1e-4 to the standard deviation, not to the variance under the square root (sqrt(var + eps) is "
+            "LayerNorm's form): for rewards that barely differ, such as 0 and 0.001, the two differ tenfold.",
+            functools.partial(_advantages, eps_in_sqrt=True),
         ),
     ]
     return _check(fn, "group advantages", grpo.group_advantages, _advantage_cases(), mistakes)
