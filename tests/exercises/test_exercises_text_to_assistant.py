@@ -105,7 +105,7 @@ def test_group_advantages_checker():
 
     assert_fails_with(ex.check_group_advantages, in_place, "changed")
     assert_fails_with(ex.check_group_advantages, lambda r: grpo.group_advantages(r.double()), "torch.float32")
-    assert_fails_with(ex.check_group_advantages, lambda r: grpo.group_advantages(r)[:, :-1], "expected shape")
+    assert_fails_with(ex.check_group_advantages, lambda r: grpo.group_advantages(r)[:, :-1], "is expected")
 
 
 # --- the clipped objective ------------------------------------------------------------------------------------------
