@@ -57,6 +57,8 @@ def test_dpo_loss_checker():
         ex.check_dpo_loss, lambda pc, pr, rc, rr, b: -b * F.logsigmoid(pc - rc - pr + rr).mean(), "inside the log"
     )
     assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rc, rr, b) * len(pc), "not a sum")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rc, rr, 1.0), "beta is missing")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rr, rc, b), "references are swapped")
     naive = lambda pc, pr, rc, rr, b: -torch.log(torch.sigmoid(b * (pc - rc - pr + rr))).mean()  # noqa: E731
     assert_fails_with(ex.check_dpo_loss, naive, "F.logsigmoid")
     assert_fails_with(
@@ -92,6 +94,9 @@ def test_group_advantages_checker():
     assert_fails_with(ex.check_group_advantages, lambda r: r - r.mean(-1, keepdim=True), "not only subtract")
     assert_fails_with(
         ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True), "not NaN"
+    )
+    assert_fails_with(
+        ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-8), "1e-8"
     )
     assert_fails_with(  # LayerNorm's form: eps under the square root
         ex.check_group_advantages,

@@ -149,7 +149,11 @@ def check_sft_targets(fn) -> Result:
 # --- the DPO loss ---------------------------------------------------------------------------------------------
 
 
-def _dpo_variant(pc, pr, rc, rr, beta, *, reference=True, sign=1.0, beta_inside=True, reduce="mean", naive=False):
+def _dpo_variant(
+    pc, pr, rc, rr, beta, *, reference=True, swap=False, sign=1.0, beta_inside=True, reduce="mean", naive=False
+):
+    if swap:  # each answer against the other answer's reference log-probability
+        rc, rr = rr, rc
     margin = (pc - rc) - (pr - rr) if reference else pc - pr
     margin = sign * margin
     if naive:
@@ -164,7 +168,7 @@ def _dpo_cases():
     cases = []
     for B, beta, scale, dtype in [(4, 0.1, 20, torch.float64), (1, 0.5, 5, torch.float32), (6, 2.0, 30, torch.float32)]:
         cases.append((*(-scale * torch.rand(B, generator=g, dtype=dtype) for _ in range(4)), beta))
-    # a policy far from its reference: margins of -200 and +200 at beta = 1 (sigma underflows in float32)
+    # a policy far from its reference: margins of -290 and +290 at beta = 1 (sigma underflows in float32)
     far = torch.tensor([-300.0, -10.0], dtype=torch.float32)
     cases.append((far, far.flip(0), torch.tensor([-50.0, -50.0]), torch.tensor([-50.0, -50.0]), 1.0))
     return cases
@@ -189,6 +193,15 @@ def check_dpo_loss(fn) -> Result:
             functools.partial(_dpo_variant, beta_inside=False),
         ),
         Mistake("average over the pairs (.mean()), not a sum.", functools.partial(_dpo_variant, reduce="sum")),
+        Mistake(
+            "beta is missing: the margin is beta times the difference of the two log-ratios.",
+            lambda pc, pr, rc, rr, beta: _dpo_variant(pc, pr, rc, rr, 1.0),
+        ),
+        Mistake(
+            "the references are swapped: each answer's log-ratio uses its own reference log-probability, "
+            "log pi(y_w) - log pi_ref(y_w) and log pi(y_l) - log pi_ref(y_l).",
+            functools.partial(_dpo_variant, swap=True),
+        ),
     ]
     naive = Mistake(
         "log(sigmoid(x)) underflows to log(0) = -inf for a very negative margin: use F.logsigmoid(x) "
@@ -239,8 +252,8 @@ def check_group_advantages(fn) -> Result:
             functools.partial(_advantages, divide=False),
         ),
         Mistake(
-            "add eps = 1e-4 to the std: a group whose answers all score alike has std 0, and its advantages "
-            "must be 0, not NaN.",
+            "add eps = 1e-4 to the std, this exercise's value (not none, not 1e-8): a group whose answers all "
+            "score alike has std 0, and its advantages must be 0, not NaN.",
             functools.partial(_advantages, eps=0.0),
         ),
         Mistake(
