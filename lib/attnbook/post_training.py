@@ -439,7 +439,8 @@ def train_grpo(
     quiet: bool = False,
 ) -> list[dict[str, float]]:
     """GRPO: train ``policy`` in place; ``prompts(step)`` gives the step's instructions. Per step: the mean
-    reward of the groups, the mean answer length, the KL from the reference and the loss."""
+    reward of the groups, the mean answer length, the KL from the reference, the loss, and the share of the
+    answer tokens the clip acted on at the last update on the group (0 with one update)."""
     seed_everything(seed)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=recipe.lr, weight_decay=0.0)
@@ -465,6 +466,7 @@ def train_grpo(
             logps = chat.token_logprobs(policy, ids)  # (N, T)
             old = logps.detach() if old is None else old  # the policy that sampled the group
             loss = grpo.grpo_loss(logps, old, ref, advantages, mask, clip=recipe.clip, beta=recipe.beta)
+            clipped = grpo.clipped_share(logps, old, ref, advantages, mask, clip=recipe.clip, beta=recipe.beta)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -477,6 +479,7 @@ def train_grpo(
                 "length": sum(len(t) for t in texts) / len(texts),
                 "kl": kl.item(),
                 "loss": loss.item(),
+                "clipped": clipped.item(),  # at the last update on the group
             }
         )
     policy.eval()
