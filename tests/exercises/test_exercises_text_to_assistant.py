@@ -58,6 +58,8 @@ def test_dpo_loss_checker():
     )
     assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rc, rr, b) * len(pc), "not a sum")
     assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rc, rr, 1.0), "beta is missing")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc.detach(), pr, rc, rr, b), "do not detach")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr.detach(), rc, rr, b), "do not detach")
     assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rr, rc, b), "references are swapped")
     naive = lambda pc, pr, rc, rr, b: -torch.log(torch.sigmoid(b * (pc - rc - pr + rr))).mean()  # noqa: E731
     assert_fails_with(ex.check_dpo_loss, naive, "F.logsigmoid")
@@ -97,6 +99,16 @@ def test_group_advantages_checker():
     )
     assert_fails_with(
         ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-8), "1e-8"
+    )
+    assert_fails_with(
+        ex.check_group_advantages,
+        lambda r: (r - r.mean(0, keepdim=True)) / (r.std(0, keepdim=True) + 1e-4),
+        "not across the prompts",
+    )
+    assert_fails_with(
+        ex.check_group_advantages,
+        lambda r: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True) + 1e-4,
+        "not to the result",
     )
     assert_fails_with(  # LayerNorm's form: eps under the square root
         ex.check_group_advantages,
@@ -146,6 +158,11 @@ def test_clipped_objective_checker():
         "not the advantage",
     )
     assert_fails_with(ex.check_clipped_objective, lambda r, A, c: clipped(r, A, c).detach(), "carries no gradient")
+    assert_fails_with(
+        ex.check_clipped_objective,
+        lambda r, A, c: torch.min(r * A[:, None], r.detach().clamp(1 - c, 1 + c) * A[:, None]),
+        "not ratio.detach()",
+    )
     assert_fails_with(
         ex.check_clipped_objective, lambda r, A, c: torch.min(r * A, r.clamp(1 - c, 1 + c) * A), "advantages[:, None]"
     )

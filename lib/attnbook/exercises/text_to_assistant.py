@@ -174,6 +174,12 @@ def _dpo_cases():
     return cases
 
 
+_DETACHED_POLICY = (
+    "the loss must reach the policy's log-probabilities: do not detach pc or pr (the reference's are fixed inputs "
+    "and get no gradient anyway)."
+)
+
+
 def check_dpo_loss(fn) -> Result:
     """``fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)`` -> the mean DPO loss (and its
     gradients)."""
@@ -193,6 +199,14 @@ def check_dpo_loss(fn) -> Result:
             functools.partial(_dpo_variant, beta_inside=False),
         ),
         Mistake("average over the pairs (.mean()), not a sum.", functools.partial(_dpo_variant, reduce="sum")),
+        Mistake(
+            _DETACHED_POLICY,
+            lambda pc, pr, rc, rr, beta: _dpo_variant(pc.detach(), pr, rc, rr, beta),
+        ),
+        Mistake(
+            _DETACHED_POLICY,
+            lambda pc, pr, rc, rr, beta: _dpo_variant(pc, pr.detach(), rc, rr, beta),
+        ),
         Mistake(
             "beta is missing: the margin is beta times the difference of the two log-ratios.",
             lambda pc, pr, rc, rr, beta: _dpo_variant(pc, pr, rc, rr, 1.0),
@@ -214,8 +228,8 @@ def check_dpo_loss(fn) -> Result:
 # --- GRPO's group advantages -------------------------------------------------------------------------------------
 
 
-def _advantages(rewards, *, unbiased=True, per_group=True, divide=True, eps=1e-4, eps_in_sqrt=False):
-    dims = -1 if per_group else (0, 1)
+def _advantages(rewards, *, unbiased=True, per_group=True, divide=True, eps=1e-4, eps_in_sqrt=False, dims=None):
+    dims = dims if dims is not None else -1 if per_group else (0, 1)
     mean = rewards.mean(dim=dims, keepdim=True)
     if eps_in_sqrt:  # as LayerNorm does: sqrt(var + eps)
         return (rewards - mean) / (rewards.var(dim=dims, keepdim=True, unbiased=unbiased) + eps).sqrt()
@@ -242,6 +256,14 @@ def check_group_advantages(fn) -> Result:
             "normalise within each group (each row: dim=-1, keepdim=True), not over the whole batch: an answer is "
             "compared with the other answers to its own prompt.",
             functools.partial(_advantages, per_group=False),
+        ),
+        Mistake(
+            "normalise along each group's G answers (dim=-1), not across the prompts (dim=0).",
+            functools.partial(_advantages, dims=0),
+        ),
+        Mistake(
+            "add eps = 1e-4 to the std in the denominator, (r - mean) / (std + eps), not to the result.",
+            lambda r: _advantages(r, eps=0.0) + 1e-4,
         ),
         Mistake(
             "the std is the sample standard deviation, with Bessel's correction (torch's default, unbiased=True).",
@@ -278,6 +300,8 @@ def _clipped(ratio, advantages, clip, *, kind="min"):
         return torch.max(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)
     if kind == "clip A":
         return torch.min(ratio * A, ratio * A.clamp(-clip, clip))
+    if kind == "detached clamp":
+        return torch.min(ratio * A, ratio.detach().clamp(1 - clip, 1 + clip) * A)
     return torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)
 
 
@@ -312,6 +336,11 @@ def check_clipped_objective(fn) -> Result:
             functools.partial(_clipped, kind="max"),
         ),
         Mistake("clip the ratio rho, not the advantage.", functools.partial(_clipped, kind="clip A")),
+        Mistake(
+            "the values are right, not the gradient: inside [1 - clip, 1 + clip] the clipped term must pass the "
+            "ratio's gradient on, so clamp ratio itself, not ratio.detach().",
+            functools.partial(_clipped, kind="detached clamp"),
+        ),
     ]
     error_hints = [
         ("must match the size", "each answer's advantage goes with every one of its tokens: advantages[:, None].")
