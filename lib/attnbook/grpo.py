@@ -104,7 +104,7 @@ def clipped_share(
     ratio = torch.exp(logps - old_logps)  # (N, T)
     A = advantages[:, None]  # (N, 1)
     clipped = ((A > 0) & (ratio > 1 + clip)) | ((A < 0) & (ratio < 1 - clip))  # (N, T)
-    return (clipped & mask).sum() / mask.sum()  # ()
+    return (clipped & mask).sum().to(logps.dtype) / mask.sum().clamp(min=1)  # ()
 
 
 # --- checks --------------------------------------------------------------------------------------------------
