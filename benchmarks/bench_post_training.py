@@ -6,8 +6,8 @@ on three seeds, and two variants of it on the same seeds: without the loss mask 
 the turn) and without the template (the bare instruction, a space, the answer). Each model is tested on the
 chapter's three test sets (``post_training.evaluation_sets``): exact-match, "starts with the answer" and
 "ends the turn", per kind. Seed 0 of the recipe is written in float16 to
-``lib/attnbook/data_files/assistant/sft.pt`` (``post_training.load_assistant``); one longer run (seed 0) shows
-what more steps change.
+``lib/attnbook/data_files/assistant/sft.pt`` (``post_training.load_assistant``); one longer run (seed 0) of the
+recipe and one of the variant without the loss mask show what more steps change.
 
 Part 2, DPO (``dpo``). From the shipped assistant: preference pairs by the rule "a right answer beats a wrong
 one" from eight answers sampled per training prompt (reversing a word), then DPO at four betas, and DPO+NLL
@@ -63,6 +63,7 @@ def base_id() -> str:
 
 
 LONG_STEPS = 1200
+LONG = {"full": "long", "no loss mask": "long, no loss mask"}  # the variants run longer (seed 0), and their keys
 VARIANTS = {
     "full": {},
     "no loss mask": {"mask_prompt": False},
@@ -111,7 +112,7 @@ def grpo_prompts(words, steps, recipe):
     return lambda step: pool[step * recipe.prompts : (step + 1) * recipe.prompts]
 
 
-def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True) -> dict:
+def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True, short=True) -> dict:
     words, test_words = tasks.instruction_words()
     tests = post_training.evaluation_sets(test_words)
     if smoke:
@@ -120,7 +121,7 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True
     runs = []
     shipped = None
     for name, change in VARIANTS.items():
-        if name not in variants:
+        if name not in variants or not short:
             continue
         for seed in seeds[:1] if smoke else seeds:
             r = dataclasses.replace(recipe, **change, steps=5 if smoke else recipe.steps)
@@ -153,17 +154,22 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True
     out = {"recipe": recipe.to_dict(), "seeds": SEEDS, "runs": runs}
     if shipped is not None:
         out["shipped"] = shipped
-    if "full" in variants and long:
-        long_recipe = dataclasses.replace(recipe, steps=10 if smoke else LONG_STEPS)
+    for name, key in LONG.items():
+        if name not in variants or not long:
+            continue
+        long_recipe = dataclasses.replace(recipe, **VARIANTS[name], steps=10 if smoke else LONG_STEPS)
         model, tok = post_training.base_model()
         start = time.perf_counter()
         post_training.train_sft(model, tok, words, long_recipe, seed=0, quiet=True)
-        out["long"] = {
+        out[key] = {
             "steps": long_recipe.steps,
             "base": base_id(),
             "train_seconds": time.perf_counter() - start,
-            "results": {k: post_training.evaluate(model, tok, v) for k, v in tests.items()},
+            "results": {
+                k: post_training.evaluate(model, tok, v, template=long_recipe.template) for k, v in tests.items()
+            },
         }
+        print(f"sft {name}, {long_recipe.steps} steps: {out[key]['train_seconds']:.0f} s", flush=True)
     return out
 
 
@@ -320,6 +326,14 @@ def markdown(result: dict) -> str:
         rows.append(
             f"| {sft['long']['steps']} steps | " + " | ".join(f"{long[f'{k} exact']:.0%}" for k in kinds) + " |"
         )
+        if LONG["no loss mask"] in sft:
+            other = sft[LONG["no loss mask"]]
+            words = other["results"]["held-out words"]
+            rows.append(
+                f"| {other['steps']} steps, no loss mask | "
+                + " | ".join(f"{words[f'{k} exact']:.0%}" for k in kinds)
+                + " |"
+            )
         if "shipped" in sft:
             s = sft["shipped"]
             rows += ["", f"Shipped: `{s['file']}` ({s['bytes']:,} bytes); largest weight difference from the file that "
@@ -385,8 +399,9 @@ def markdown(result: dict) -> str:
         for r in (result.get(part) or {}).get("runs", [])
         if r.get("base") != current
     ]
-    if sft and "long" in sft and sft["long"].get("base") != current:
-        stale.append(f"sft {sft['long']['steps']} steps")
+    for key in LONG.values():
+        if sft and key in sft and sft[key].get("base") != current:
+            stale.append(f"sft {key}, {sft[key]['steps']} steps")
     if stale:
         rows += ["", f"Runs made from an earlier lab GPT (not the shipped `{LAB_GPT}`, SHA-256 {current}...): "
                  + ", ".join(stale) + "."]  # fmt: skip
@@ -418,7 +433,8 @@ def main(argv=None) -> int:
     parser.add_argument("--beta", type=float, choices=BETAS, action="append", help="DPO: only these betas")
     parser.add_argument("--loss", choices=list(LOSSES), action="append", help="DPO: only these losses")
     parser.add_argument("--seed", type=int, choices=SEEDS, action="append", help="only these seeds")
-    parser.add_argument("--no-long", action="store_true", help="instruction tuning: not the longer run")
+    parser.add_argument("--no-long", action="store_true", help="instruction tuning: not the longer runs")
+    parser.add_argument("--long-only", action="store_true", help="instruction tuning: only the longer runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
     torch.set_num_threads(args.threads)
@@ -429,7 +445,10 @@ def main(argv=None) -> int:
             only = {"sft": tuple(args.variant or VARIANTS), "grpo": tuple(args.run or GRPO_RUNS),
                     "dpo": tuple(args.beta or BETAS)}  # fmt: skip
             seeds = tuple(args.seed or SEEDS)
-            extra = {"sft": {"long": not args.no_long}, "dpo": {"losses": tuple(args.loss or LOSSES)}}.get(part, {})
+            extra = {
+                "sft": {"long": not args.no_long, "short": not args.long_only},
+                "dpo": {"losses": tuple(args.loss or LOSSES)},
+            }.get(part, {})
             new = run(args.smoke, only[part], seeds=seeds, **extra)
             if args.smoke:
                 result[part] = new
