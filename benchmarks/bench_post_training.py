@@ -6,13 +6,14 @@ on three seeds, and two variants of it on the same seeds: without the loss mask 
 the turn) and without the template (the bare instruction, a space, the answer). Each model is tested on the
 chapter's three test sets (``post_training.evaluation_sets``): exact-match, "starts with the answer" and
 "ends the turn", per kind. Seed 0 of the recipe is written in float16 to
-``lib/attnbook/data_files/assistant/sft.pt`` (``post_training.load_assistant``); one longer run (seed 0) shows
-what more steps change.
+``lib/attnbook/data_files/assistant/sft.pt`` (``post_training.load_assistant``); one longer run (seed 0) of the
+recipe and one of the variant without the loss mask show what more steps change.
 
 Part 2, DPO (``dpo``). From the shipped assistant: preference pairs by the rule "a right answer beats a wrong
 one" from eight answers sampled per training prompt (reversing a word), then DPO at four betas, and DPO+NLL
-(the chosen answer's negative log-likelihood per token added, Pang et al. 2024) at the same betas, on three
-seeds (each seed samples its own pairs and orders its own batches). For each run, on held-out words: the win
+(the chosen answer's negative log-likelihood per token added, Pang et al. 2024) at the same betas, and the
+control of DPO+NLL, the NLL term alone (instruction tuning on the chosen answers), on three seeds (each seed
+samples its own pairs and orders its own batches). For each run, on held-out words: the win
 rate against the reference, the implicit reward margin and the two log-ratios on held-out pairs, the KL from
 the reference, and greedy exact-match on reversing and on every kind.
 
@@ -23,6 +24,7 @@ answer length).
 
     python benchmarks/bench_post_training.py              # every part: results/post_training.json, the checkpoint
     python benchmarks/bench_post_training.py --part dpo   # one part (the others' results are kept)
+    python benchmarks/bench_post_training.py --part dpo --loss "NLL alone" --seed 0  # one run replaced
     python benchmarks/bench_post_training.py --smoke      # a few steps of everything, nothing written
 
 Writes benchmarks/results/post_training.json, the assistant's checkpoint and the bench_post_training section of
@@ -61,6 +63,7 @@ def base_id() -> str:
 
 
 LONG_STEPS = 1200
+LONG = {"full": "long", "no loss mask": "long, no loss mask"}  # the variants run longer (seed 0), and their keys
 VARIANTS = {
     "full": {},
     "no loss mask": {"mask_prompt": False},
@@ -68,7 +71,12 @@ VARIANTS = {
 }
 TASK = "reverse"  # the kind DPO and GRPO work on
 BETAS = [0.01, 0.1, 1.0, 10.0]
-NLL = [0.0, 1.0]  # DPO alone, and DPO+NLL
+LOSSES = {  # name: (the DPO term, the NLL weight); the NLL term alone is trained once, not per beta
+    "DPO": (True, 0.0),
+    "DPO+NLL": (True, 1.0),
+    "NLL alone": (False, 1.0),
+}
+NLL_ALONE_BETA = 1.0  # the beta its reward margin is measured with (training does not use it)
 DPO_PROMPTS, DPO_SAMPLES, DPO_HELD = 2000, 8, 400  # training prompts, answers sampled per prompt, held-out prompts
 WIN_SAMPLES = 2  # answers of each model per held-out prompt in the win rate and the KL
 GRPO_RUNS = {  # name: (reward, KL coefficient beta)
@@ -104,7 +112,7 @@ def grpo_prompts(words, steps, recipe):
     return lambda step: pool[step * recipe.prompts : (step + 1) * recipe.prompts]
 
 
-def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True) -> dict:
+def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True, short=True) -> dict:
     words, test_words = tasks.instruction_words()
     tests = post_training.evaluation_sets(test_words)
     if smoke:
@@ -113,7 +121,7 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True
     runs = []
     shipped = None
     for name, change in VARIANTS.items():
-        if name not in variants:
+        if name not in variants or not short:
             continue
         for seed in seeds[:1] if smoke else seeds:
             r = dataclasses.replace(recipe, **change, steps=5 if smoke else recipe.steps)
@@ -146,17 +154,22 @@ def run_sft(smoke: bool, variants=tuple(VARIANTS), seeds=tuple(SEEDS), long=True
     out = {"recipe": recipe.to_dict(), "seeds": SEEDS, "runs": runs}
     if shipped is not None:
         out["shipped"] = shipped
-    if "full" in variants and long:
-        long_recipe = dataclasses.replace(recipe, steps=10 if smoke else LONG_STEPS)
+    for name, key in LONG.items():
+        if name not in variants or not long:
+            continue
+        long_recipe = dataclasses.replace(recipe, **VARIANTS[name], steps=10 if smoke else LONG_STEPS)
         model, tok = post_training.base_model()
         start = time.perf_counter()
         post_training.train_sft(model, tok, words, long_recipe, seed=0, quiet=True)
-        out["long"] = {
+        out[key] = {
             "steps": long_recipe.steps,
             "base": base_id(),
             "train_seconds": time.perf_counter() - start,
-            "results": {k: post_training.evaluate(model, tok, v) for k, v in tests.items()},
+            "results": {
+                k: post_training.evaluate(model, tok, v, template=long_recipe.template) for k, v in tests.items()
+            },
         }
+        print(f"sft {name}, {long_recipe.steps} steps: {out[key]['train_seconds']:.0f} s", flush=True)
     return out
 
 
@@ -172,18 +185,30 @@ def merge(result: dict, part: str, new: dict) -> None:
     }[part]
 
     def identity(r):
-        return r[key], r["seed"], r.get("nll")
+        return r[key], r["seed"], r.get("nll"), r.get("dpo", True)
 
     ran = {identity(r) for r in new["runs"]}
     old = result[part]
     old["runs"] = [r for r in old["runs"] if identity(r) not in ran] + new["runs"]
     old["runs"].sort(
-        key=lambda r: (r.get("nll") or 0.0, order.index(r[key]), r["seed"] if r["seed"] is not None else -1)
+        key=lambda r: (
+            not r.get("dpo", True),
+            r.get("nll") or 0.0,
+            order.index(r[key]),
+            r["seed"] if r["seed"] is not None else -1,
+        )
     )
     old.update({k: v for k, v in new.items() if k != "runs"})
 
 
-def run_dpo(smoke: bool, betas=tuple(BETAS), seeds=tuple(SEEDS)) -> dict:
+def loss_name(run: dict) -> str:
+    """The loss a DPO-part run trained with (runs without a "dpo" key are from before the NLL-alone control)."""
+    if not run.get("dpo", True):
+        return "NLL alone"
+    return "DPO+NLL" if run["nll"] else "DPO"
+
+
+def run_dpo(smoke: bool, betas=tuple(BETAS), seeds=tuple(SEEDS), losses=tuple(LOSSES)) -> dict:
     words, test_words = tasks.instruction_words()
     tests = post_training.evaluation_sets(test_words)
     reference, tok, _ = post_training.load_assistant()
@@ -192,22 +217,23 @@ def run_dpo(smoke: bool, betas=tuple(BETAS), seeds=tuple(SEEDS)) -> dict:
         pairs, held, held_pairs = dpo_data(reference, tok, words, test_words, seed)
         if smoke:
             held, tests = held[:20], {k: v[:20] for k, v in tests.items()}
-        if seed == SEEDS[0]:
+        if seed == SEEDS[0] and set(losses) - {"NLL alone"}:
             runs.append({"beta": None, "nll": None, "seed": None, "base": base_id(), "pairs": len(pairs),
                          **dpo_measures(reference, reference, tok, held, held_pairs, tests, 1.0)})  # fmt: skip
-        for nll in NLL:
-            for beta in betas:
+        for name in losses:
+            dpo, nll = LOSSES[name]
+            for beta in betas if dpo else [None]:
                 epochs = 1 if smoke else post_training.DPORecipe().epochs
-                recipe = post_training.DPORecipe(beta=beta, nll=nll, epochs=epochs)
+                recipe = post_training.DPORecipe(beta=beta or NLL_ALONE_BETA, nll=nll, epochs=epochs, dpo=dpo)
                 policy = post_training.frozen_copy(reference).requires_grad_(True)
                 start = time.perf_counter()
                 history = post_training.train_dpo(policy, reference, pairs, recipe, pad=tok.end, seed=seed, quiet=True)
                 seconds = time.perf_counter() - start
-                measures = dpo_measures(policy, reference, tok, held, held_pairs, tests, beta)
-                runs.append({"beta": beta, "nll": nll, "seed": seed, "base": base_id(), "pairs": len(pairs),
-                             "train_seconds": seconds,
+                measures = dpo_measures(policy, reference, tok, held, held_pairs, tests, recipe.beta)
+                runs.append({"beta": beta, "nll": nll, "dpo": dpo, "seed": seed, "base": base_id(),
+                             "pairs": len(pairs), "train_seconds": seconds,
                              "history": history[::2], **measures})  # fmt: skip
-                print(f"dpo beta {beta} nll {nll} seed {seed}: {seconds:.0f} s {measures}", flush=True)
+                print(f"dpo {name} beta {beta} seed {seed}: {seconds:.0f} s {measures}", flush=True)
     return {"recipe": post_training.DPORecipe().to_dict(), "task": TASK, "held_out_pairs": len(held_pairs),
             "prompts": DPO_PROMPTS, "samples": DPO_SAMPLES, "held_out_prompts": DPO_HELD,
             "win_samples": WIN_SAMPLES, "runs": runs}  # fmt: skip
@@ -300,6 +326,14 @@ def markdown(result: dict) -> str:
         rows.append(
             f"| {sft['long']['steps']} steps | " + " | ".join(f"{long[f'{k} exact']:.0%}" for k in kinds) + " |"
         )
+        if LONG["no loss mask"] in sft:
+            other = sft[LONG["no loss mask"]]
+            words = other["results"]["held-out words"]
+            rows.append(
+                f"| {other['steps']} steps, no loss mask | "
+                + " | ".join(f"{words[f'{k} exact']:.0%}" for k in kinds)
+                + " |"
+            )
         if "shipped" in sft:
             s = sft["shipped"]
             rows += ["", f"Shipped: `{s['file']}` ({s['bytes']:,} bytes); largest weight difference from the file that "
@@ -321,13 +355,13 @@ def markdown(result: dict) -> str:
             f"| reference (against itself) | | {ref['win rate']:.0%} | 0 | 0 | 0 | 0 | {ref['exact-match']:.0%} | "
             f"{ref['exact-match, every kind']:.0%} |",
         ]
-        for nll in NLL:
-            for beta in BETAS:
-                runs = [r for r in dpo["runs"][1:] if r["beta"] == beta and r["nll"] == nll]
+        for name in LOSSES:
+            for beta in BETAS if LOSSES[name][0] else [None]:
+                runs = [r for r in dpo["runs"][1:] if r["beta"] == beta and loss_name(r) == name]
                 if not runs:
                     continue
                 rows.append(
-                    f"| {'DPO+NLL' if nll else 'DPO'} | {beta} | {spread([r['win rate'] for r in runs])} | "
+                    f"| {name} | {beta or ''} | {spread([r['win rate'] for r in runs])} | "
                     f"{spread([r['reward margin'] for r in runs], '{:.2f}')} | "
                     f"{spread([r['log-ratio, chosen'] for r in runs], '{:.2f}')} | "
                     f"{spread([r['log-ratio, rejected'] for r in runs], '{:.2f}')} | "
@@ -365,8 +399,9 @@ def markdown(result: dict) -> str:
         for r in (result.get(part) or {}).get("runs", [])
         if r.get("base") != current
     ]
-    if sft and "long" in sft and sft["long"].get("base") != current:
-        stale.append(f"sft {sft['long']['steps']} steps")
+    for key in LONG.values():
+        if sft and key in sft and sft[key].get("base") != current:
+            stale.append(f"sft {key}, {sft[key]['steps']} steps")
     if stale:
         rows += ["", f"Runs made from an earlier lab GPT (not the shipped `{LAB_GPT}`, SHA-256 {current}...): "
                  + ", ".join(stale) + "."]  # fmt: skip
@@ -396,8 +431,10 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", choices=list(VARIANTS), action="append", help="instruction tuning: only these")
     parser.add_argument("--run", choices=list(GRPO_RUNS), action="append", help="GRPO: only these runs")
     parser.add_argument("--beta", type=float, choices=BETAS, action="append", help="DPO: only these betas")
+    parser.add_argument("--loss", choices=list(LOSSES), action="append", help="DPO: only these losses")
     parser.add_argument("--seed", type=int, choices=SEEDS, action="append", help="only these seeds")
-    parser.add_argument("--no-long", action="store_true", help="instruction tuning: not the longer run")
+    parser.add_argument("--no-long", action="store_true", help="instruction tuning: not the longer runs")
+    parser.add_argument("--long-only", action="store_true", help="instruction tuning: only the longer runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("ATTNBOOK_PROGRESS", "0")
     torch.set_num_threads(args.threads)
@@ -408,7 +445,11 @@ def main(argv=None) -> int:
             only = {"sft": tuple(args.variant or VARIANTS), "grpo": tuple(args.run or GRPO_RUNS),
                     "dpo": tuple(args.beta or BETAS)}  # fmt: skip
             seeds = tuple(args.seed or SEEDS)
-            new = run(args.smoke, only[part], seeds=seeds, **({"long": not args.no_long} if part == "sft" else {}))
+            extra = {
+                "sft": {"long": not args.no_long, "short": not args.long_only},
+                "dpo": {"losses": tuple(args.loss or LOSSES)},
+            }.get(part, {})
+            new = run(args.smoke, only[part], seeds=seeds, **extra)
             if args.smoke:
                 result[part] = new
                 continue

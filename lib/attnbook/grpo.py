@@ -27,7 +27,7 @@ import torch
 
 from . import _checks
 
-__all__ = ["group_advantages", "kl_per_token", "grpo_loss"]
+__all__ = ["group_advantages", "kl_per_token", "grpo_loss", "clipped_share"]
 
 
 @_checks.checked_by("_check_advantages")
@@ -80,6 +80,31 @@ def grpo_loss(
     per_token = per_token.masked_fill(~mask, 0.0)  # (N, T): padding counts for nothing
     per_answer = per_token.sum(-1) / mask.sum(-1).clamp(min=1)  # (N,): 1/|o_i| sum over t
     return -per_answer.mean()  # (): -J
+
+
+@torch.no_grad()
+@_checks.checked_by("_check_grpo")
+def clipped_share(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip: float = 0.2,
+    beta: float = 0.04,
+) -> torch.Tensor:
+    """The share of the answer tokens where the clip acts in :func:`grpo_loss` (the same arguments): the
+    ratio is past 1 + clip with a positive advantage, or below 1 - clip with a negative one, so the token's
+    surrogate gives no gradient.
+
+    Shapes:
+        logps, old_logps, ref_logps, mask: (N, T); advantages: (N,) -> ()
+    """
+    ratio = torch.exp(logps - old_logps)  # (N, T)
+    A = advantages[:, None]  # (N, 1)
+    clipped = ((A > 0) & (ratio > 1 + clip)) | ((A < 0) & (ratio < 1 - clip))  # (N, T)
+    return (clipped & mask).sum().to(logps.dtype) / mask.sum().clamp(min=1)  # ()
 
 
 # --- checks --------------------------------------------------------------------------------------------------

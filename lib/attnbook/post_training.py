@@ -54,6 +54,7 @@ __all__ = [
     "pair_logps",
     "accuracy",
     "win_rate",
+    "comparisons",
     "kl_from_reference",
     "preference_measures",
     "exact_reward",
@@ -94,17 +95,21 @@ class SFTRecipe:
 class DPORecipe:
     """DPO on fixed pairs: ``epochs`` passes over them in shuffled batches, AdamW at a constant rate; the
     reference's log-probabilities computed once. ``nll`` > 0 adds that weight times the chosen answers'
-    negative log-likelihood per token (DPO+NLL, Pang et al. 2024; 0: DPO alone)."""
+    negative log-likelihood per token (DPO+NLL, Pang et al. 2024; 0: DPO alone); ``dpo=False`` drops the DPO
+    term and keeps the NLL term alone (instruction tuning on the chosen answers, the control of DPO+NLL)."""
 
     beta: float = 1.0
     epochs: int = 4
     batch_size: int = 32
     lr: float = 1e-4
     nll: float = 0.0
+    dpo: bool = True
 
     def __post_init__(self):
-        _check_recipe(self, ints=("epochs", "batch_size"), floats=("beta", "lr"))
+        _check_recipe(self, ints=("epochs", "batch_size"), floats=("beta", "lr"), flags=("dpo",))
         _checks.positive_float("nll", self.nll, allow_zero=True)
+        if not self.dpo and not self.nll:
+            raise ValueError("without the DPO term (dpo=False) nll must be > 0, got nll=0.0: there is no loss")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -258,9 +263,10 @@ def train_dpo(
     seed: int = 0,
     quiet: bool = False,
 ) -> list[dict[str, float]]:
-    """DPO (DPO+NLL if ``recipe.nll``): train ``policy`` in place on ``pairs`` against the frozen ``reference``,
-    ``recipe.epochs`` passes in shuffled batches. Per step: the loss, the implicit reward margin, the share of
-    pairs it ranks right, and the mean log-ratios log pi / pi_ref of the chosen and of the rejected answers."""
+    """DPO (DPO+NLL if ``recipe.nll``, the NLL term alone if not ``recipe.dpo``): train ``policy`` in place on
+    ``pairs`` against the frozen ``reference``, ``recipe.epochs`` passes in shuffled batches. Per step: the loss,
+    the implicit reward margin, the share of pairs it ranks right, and the mean log-ratios log pi / pi_ref of the
+    chosen and of the rejected answers."""
     seed_everything(seed)
     ref_chosen, ref_rejected = pair_logps(reference, pairs, pad)  # the frozen reference: computed once
     optimizer = torch.optim.AdamW(policy.parameters(), lr=recipe.lr, weight_decay=0.0)
@@ -275,8 +281,10 @@ def train_dpo(
         logps = chat.sequence_logprobs(policy, ids, mask)  # (2B,)
         chosen, rejected = logps[: len(index)], logps[len(index) :]
         rc, rr = ref_chosen[index], ref_rejected[index]
-        if recipe.nll:
-            lengths = mask[: len(index)].sum(-1)  # (B,) tokens of each chosen answer
+        lengths = mask[: len(index)].sum(-1)  # (B,) tokens of each chosen answer
+        if not recipe.dpo:  # the NLL term alone
+            loss = recipe.nll * preference.chosen_nll(chosen, lengths)
+        elif recipe.nll:
             loss = preference.dpo_nll_loss(chosen, rejected, rc, rr, lengths, recipe.beta, recipe.nll)
         else:
             loss = preference.dpo_loss(chosen, rejected, rc, rr, recipe.beta)
@@ -319,7 +327,23 @@ def win_rate(
 ) -> float:
     """How often the rule prefers the policy's answer to the reference's, ``samples`` answers of each at
     temperature 1 per prompt compared in turn: 1 for a right answer against a wrong one, 0 the other way,
-    1/2 for a tie."""
+    1/2 for a tie (both right or both wrong); :func:`comparisons` gives the three shares."""
+    shares = comparisons(policy, reference, tokenizer, tests, samples=samples, generator=generator)
+    return shares["wins"] + 0.5 * shares["ties"]
+
+
+@_checks.checked_by("_check_win_rate")
+def comparisons(
+    policy: GPT,
+    reference: GPT,
+    tokenizer: chat.ChatTokenizer,
+    tests: Sequence[Instruction],
+    *,
+    samples: int = 1,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """The shares of the comparisons of :func:`win_rate` the policy wins (right against wrong), ties and
+    loses."""
     prompts = [t.prompt for t in tests for _ in range(samples)]
     expected = [t.answer for t in tests for _ in range(samples)]
     mine = chat.exact_match(
@@ -328,7 +352,8 @@ def win_rate(
     theirs = chat.exact_match(
         tokenizer, chat.answer(reference, tokenizer, prompts, temperature=1.0, generator=generator), expected
     )
-    return ((mine > theirs).float() + 0.5 * (mine == theirs).float()).mean().item()
+    return {name: share.float().mean().item() for name, share in
+            (("wins", mine > theirs), ("ties", mine == theirs), ("losses", mine < theirs))}  # fmt: skip
 
 
 @torch.no_grad()
@@ -365,14 +390,16 @@ def preference_measures(
     seed: int = 0,
 ) -> dict[str, float]:
     """What the chapter measures of a policy tuned on preferences, on held-out ``tests`` and ``pairs``: the
-    win rate against the reference, the implicit reward margin and the two log-ratios on the pairs, the KL
-    from the reference, and greedy exact-match."""
+    win rate against the reference (and the shares of the comparisons won and lost), the implicit reward
+    margin and the two log-ratios on the pairs, the KL from the reference, and greedy exact-match."""
     pc, pr = pair_logps(policy, pairs, tokenizer.end)
     rc, rr = pair_logps(reference, pairs, tokenizer.end)
+    generator = torch.Generator().manual_seed(seed)
+    shares = comparisons(policy, reference, tokenizer, tests, samples=samples, generator=generator)
     return {
-        "win rate": win_rate(
-            policy, reference, tokenizer, tests, samples=samples, generator=torch.Generator().manual_seed(seed)
-        ),
+        "win rate": shares["wins"] + 0.5 * shares["ties"],
+        "wins": shares["wins"],
+        "losses": shares["losses"],
         "reward margin": (beta * ((pc - rc) - (pr - rr))).mean().item(),
         "log-ratio, chosen": (pc - rc).mean().item(),
         "log-ratio, rejected": (pr - rr).mean().item(),
@@ -412,7 +439,8 @@ def train_grpo(
     quiet: bool = False,
 ) -> list[dict[str, float]]:
     """GRPO: train ``policy`` in place; ``prompts(step)`` gives the step's instructions. Per step: the mean
-    reward of the groups, the mean answer length, the KL from the reference and the loss."""
+    reward of the groups, the mean answer length, the KL from the reference, the loss, and the share of the
+    answer tokens the clip acted on at the last update on the group (0 with one update)."""
     seed_everything(seed)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=recipe.lr, weight_decay=0.0)
@@ -438,6 +466,7 @@ def train_grpo(
             logps = chat.token_logprobs(policy, ids)  # (N, T)
             old = logps.detach() if old is None else old  # the policy that sampled the group
             loss = grpo.grpo_loss(logps, old, ref, advantages, mask, clip=recipe.clip, beta=recipe.beta)
+            clipped = grpo.clipped_share(logps, old, ref, advantages, mask, clip=recipe.clip, beta=recipe.beta)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -450,6 +479,7 @@ def train_grpo(
                 "length": sum(len(t) for t in texts) / len(texts),
                 "kl": kl.item(),
                 "loss": loss.item(),
+                "clipped": clipped.item(),  # at the last update on the group
             }
         )
     policy.eval()

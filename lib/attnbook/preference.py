@@ -9,8 +9,8 @@ so a reward can be written with the policy itself, ``r(x, y) = beta log pi(y|x) 
     L = -log sigma(beta [log pi(y_w|x) / pi_ref(y_w|x) - log pi(y_l|x) / pi_ref(y_l|x)])
 
 A pair's two answers can both lose probability while their difference grows: nothing in L keeps the
-chosen answer itself likely (Pal et al., 2024; Razin et al., 2024). :func:`dpo_nll_loss` adds the chosen
-answer's negative log-likelihood per token (DPO+NLL, Pang et al., 2024).
+chosen answer itself likely (Pal et al., 2024; Razin et al., 2025). :func:`dpo_nll_loss` adds the chosen
+answer's negative log-likelihood per token (:func:`chosen_nll`; DPO+NLL, Pang et al., 2024).
 
 Every input is a sequence log-probability (:func:`attnbook.chat.sequence_logprobs`) of shape (B,).
 
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from . import _checks
 
-__all__ = ["implicit_reward", "dpo_loss", "dpo_nll_loss", "sequence_kl"]
+__all__ = ["implicit_reward", "dpo_loss", "chosen_nll", "dpo_nll_loss", "sequence_kl"]
 
 
 @_checks.checked_by("_check_reward")
@@ -55,6 +55,17 @@ def dpo_loss(
     return -F.logsigmoid(margin).mean()  # (): -log sigma is softplus(-margin), stable for any margin
 
 
+@_checks.checked_by("_check_chosen_nll")
+def chosen_nll(policy_chosen: torch.Tensor, chosen_lengths: torch.Tensor) -> torch.Tensor:
+    """The chosen answers' negative log-likelihood per token, the mean over the pairs: the instruction tuning
+    loss on the chosen answers.
+
+    Shapes:
+        policy_chosen: (B,) sequence log-probabilities; chosen_lengths: (B,) their token counts -> ()
+    """
+    return -(policy_chosen / chosen_lengths).mean()  # ()
+
+
 @_checks.checked_by("_check_dpo_nll")
 def dpo_nll_loss(
     policy_chosen: torch.Tensor,
@@ -71,7 +82,7 @@ def dpo_nll_loss(
         each log-probability: (B,); chosen_lengths: (B,) the chosen answers' token counts
         return: () the mean over the B pairs
     """
-    nll = -(policy_chosen / chosen_lengths).mean()  # (): per token of the chosen answers
+    nll = chosen_nll(policy_chosen, chosen_lengths)  # (): per token of the chosen answers
     return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) + alpha * nll
 
 
@@ -114,8 +125,18 @@ def _check_dpo(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta, *
     _checks.positive_float("beta", beta)
 
 
+def _check_chosen_nll(policy_chosen, chosen_lengths, **_) -> None:
+    _check_logps(("policy_chosen", policy_chosen))
+    _check_lengths(policy_chosen, chosen_lengths)
+
+
 def _check_dpo_nll(policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_lengths, beta, alpha, **_) -> None:
     _check_dpo(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)
+    _check_lengths(policy_chosen, chosen_lengths)
+    _checks.positive_float("alpha", alpha, allow_zero=True)
+
+
+def _check_lengths(policy_chosen, chosen_lengths) -> None:
     _checks.tensor("chosen_lengths", chosen_lengths, ndim=1)
     if chosen_lengths.shape != policy_chosen.shape:
         raise ValueError(
@@ -124,4 +145,3 @@ def _check_dpo_nll(policy_chosen, policy_rejected, ref_chosen, ref_rejected, cho
         )
     if chosen_lengths.dtype == torch.bool or bool((chosen_lengths <= 0).any()):
         raise ValueError("chosen_lengths must hold token counts >= 1")
-    _checks.positive_float("alpha", alpha, allow_zero=True)

@@ -57,6 +57,10 @@ def test_dpo_loss_checker():
         ex.check_dpo_loss, lambda pc, pr, rc, rr, b: -b * F.logsigmoid(pc - rc - pr + rr).mean(), "inside the log"
     )
     assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rc, rr, b) * len(pc), "not a sum")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rc, rr, 1.0), "beta is missing")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc.detach(), pr, rc, rr, b), "do not detach")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr.detach(), rc, rr, b), "do not detach")
+    assert_fails_with(ex.check_dpo_loss, lambda pc, pr, rc, rr, b: dpo(pc, pr, rr, rc, b), "references are swapped")
     naive = lambda pc, pr, rc, rr, b: -torch.log(torch.sigmoid(b * (pc - rc - pr + rr))).mean()  # noqa: E731
     assert_fails_with(ex.check_dpo_loss, naive, "F.logsigmoid")
     assert_fails_with(
@@ -92,6 +96,24 @@ def test_group_advantages_checker():
     assert_fails_with(ex.check_group_advantages, lambda r: r - r.mean(-1, keepdim=True), "not only subtract")
     assert_fails_with(
         ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True), "not NaN"
+    )
+    assert_fails_with(
+        ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-8), "1e-8"
+    )
+    assert_fails_with(
+        ex.check_group_advantages,
+        lambda r: (r - r.mean(0, keepdim=True)) / (r.std(0, keepdim=True) + 1e-4),
+        "not across the prompts",
+    )
+    assert_fails_with(
+        ex.check_group_advantages,
+        lambda r: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True) + 1e-4,
+        "not to the result",
+    )
+    assert_fails_with(  # LayerNorm's form: eps under the square root
+        ex.check_group_advantages,
+        lambda r: (r - r.mean(-1, keepdim=True)) / (r.var(-1, keepdim=True) + 1e-4).sqrt(),
+        "under the square root",
     )
 
     def in_place(r):
@@ -136,6 +158,11 @@ def test_clipped_objective_checker():
         "not the advantage",
     )
     assert_fails_with(ex.check_clipped_objective, lambda r, A, c: clipped(r, A, c).detach(), "carries no gradient")
+    assert_fails_with(
+        ex.check_clipped_objective,
+        lambda r, A, c: torch.min(r * A[:, None], r.detach().clamp(1 - c, 1 + c) * A[:, None]),
+        "not ratio.detach()",
+    )
     assert_fails_with(
         ex.check_clipped_objective, lambda r, A, c: torch.min(r * A, r.clamp(1 - c, 1 + c) * A), "advantages[:, None]"
     )

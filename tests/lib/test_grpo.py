@@ -97,6 +97,21 @@ def test_clipping_stops_the_gradient_beyond_the_trust_region():
     torch.testing.assert_close(grad, torch.tensor([[-0.5], [0.5]], dtype=torch.float64))
 
 
+def test_clipped_share_is_the_share_of_answer_tokens_the_clip_leaves_without_gradient():
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(16, 6, generator=g, dtype=torch.float64)
+    logps = (old + 0.5 * torch.randn(16, 6, generator=g, dtype=torch.float64)).requires_grad_(True)
+    advantages = torch.randn(16, generator=g, dtype=torch.float64)
+    mask = torch.rand(16, 6, generator=g) < 0.8
+    mask[:, 0] = True
+    loss = grpo.grpo_loss(logps, old, old, advantages, mask, clip=0.2, beta=0.0)
+    (grad,) = torch.autograd.grad(loss, logps)
+    share = grpo.clipped_share(logps.detach(), old, old, advantages, mask, clip=0.2, beta=0.0)
+    assert 0.1 < share.item() < 0.9
+    assert share.item() == pytest.approx(((grad == 0) & mask).sum().item() / mask.sum().item())
+    assert grpo.clipped_share(old, old, old, advantages, mask).item() == 0.0  # ratio 1: nothing clipped
+
+
 def test_at_ratio_one_the_gradient_is_the_policy_gradient_with_the_group_baseline():
     """old = logps (one update per group): the gradient of -J without the KL is -A_i / (|o_i| N) for each token,
     the REINFORCE estimator with the group's mean as baseline."""

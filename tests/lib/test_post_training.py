@@ -83,6 +83,42 @@ def test_the_nll_term_keeps_the_chosen_answer_likely(tiny):
     assert runs[1.0]["log-ratio, chosen"] > runs[0.0]["log-ratio, chosen"] + 1.0
 
 
+def test_the_nll_term_alone_is_instruction_tuning_on_the_chosen_answers(tiny):
+    """DPORecipe(dpo=False): the loss is the chosen answers' NLL per token alone, whatever beta; the rejected
+    answers do not enter it."""
+    model, tok = tiny
+    reference = post_training.frozen_copy(model)
+    pairs = [
+        (chat.render(tok, f"reverse {w}")[0], [*tok.encode(w[::-1]), tok.end], [*tok.encode(w[1:] + w[0]), tok.end])
+        for w in WORDS
+    ]
+    chosen, _ = post_training.pair_logps(reference, pairs, tok.end)
+    lengths = torch.tensor([float(len(c)) for _, c, _ in pairs])
+    for beta in (0.1, 10.0):
+        policy = post_training.frozen_copy(model).requires_grad_(True)
+        recipe = post_training.DPORecipe(beta=beta, epochs=1, batch_size=len(pairs), nll=2.0, dpo=False)
+        first = post_training.train_dpo(policy, reference, pairs, recipe, pad=tok.end, quiet=True)[0]
+        assert first["loss"] == pytest.approx(-2.0 * (chosen / lengths).mean().item(), rel=1e-5)
+    with pytest.raises(ValueError, match="nll must be > 0"):
+        post_training.DPORecipe(dpo=False)
+
+
+def test_the_win_rate_counts_a_tie_as_half(tiny):
+    model, tok = tiny
+    other = post_training.frozen_copy(model)
+    with torch.no_grad():  # another model, so that the two answer differently
+        other.lm_head.weight[tok.end] += 3.0
+    tests = tasks.instructions(12, WORDS, kinds=["repeat"], seed=4)
+
+    def measured(f):
+        return f(model, other, tok, tests, samples=2, generator=torch.Generator().manual_seed(5))
+
+    shares = measured(post_training.comparisons)
+    assert set(shares) == {"wins", "ties", "losses"} and sum(shares.values()) == pytest.approx(1.0)
+    assert all(24 * v == pytest.approx(round(24 * v), abs=1e-4) for v in shares.values())  # shares of 24
+    assert measured(post_training.win_rate) == pytest.approx(shares["wins"] + 0.5 * shares["ties"])
+
+
 def test_grpo_trains_the_policy_on_groups_and_records_its_measures(tiny):
     model, tok = tiny
     reference = post_training.frozen_copy(model)
@@ -144,7 +180,7 @@ def test_the_benchmark_results_come_from_the_shipped_lab_gpt():
     bench = json.loads(results.read_text())
     shipped = hashlib.sha256((data.packaged_dir() / LAB_GPT).read_bytes()).hexdigest()[:12]
     runs = [(part, r) for part in ("sft", "dpo", "grpo") for r in bench[part]["runs"]]
-    assert len(runs) == 9 + 25 + 9
+    assert len(runs) == 9 + 28 + 9  # DPO: the reference, 8 losses and betas and NLL alone, 3 seeds
     stale = [(part, r.get("variant") or r.get("run") or r.get("beta"), r["seed"]) for part, r in runs
              if r.get("base") != shipped]  # fmt: skip
     assert not stale, f"runs made from another lab GPT than the shipped one ({shipped}): {stale}"

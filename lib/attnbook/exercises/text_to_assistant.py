@@ -149,7 +149,11 @@ def check_sft_targets(fn) -> Result:
 # --- the DPO loss ---------------------------------------------------------------------------------------------
 
 
-def _dpo_variant(pc, pr, rc, rr, beta, *, reference=True, sign=1.0, beta_inside=True, reduce="mean", naive=False):
+def _dpo_variant(
+    pc, pr, rc, rr, beta, *, reference=True, swap=False, sign=1.0, beta_inside=True, reduce="mean", naive=False
+):
+    if swap:  # each answer against the other answer's reference log-probability
+        rc, rr = rr, rc
     margin = (pc - rc) - (pr - rr) if reference else pc - pr
     margin = sign * margin
     if naive:
@@ -164,10 +168,16 @@ def _dpo_cases():
     cases = []
     for B, beta, scale, dtype in [(4, 0.1, 20, torch.float64), (1, 0.5, 5, torch.float32), (6, 2.0, 30, torch.float32)]:
         cases.append((*(-scale * torch.rand(B, generator=g, dtype=dtype) for _ in range(4)), beta))
-    # a policy far from its reference: margins of -200 and +200 at beta = 1 (sigma underflows in float32)
+    # a policy far from its reference: margins of -290 and +290 at beta = 1 (sigma underflows in float32)
     far = torch.tensor([-300.0, -10.0], dtype=torch.float32)
     cases.append((far, far.flip(0), torch.tensor([-50.0, -50.0]), torch.tensor([-50.0, -50.0]), 1.0))
     return cases
+
+
+_DETACHED_POLICY = (
+    "the loss must reach the policy's log-probabilities: do not detach pc or pr (the reference's are fixed inputs "
+    "and get no gradient anyway)."
+)
 
 
 def check_dpo_loss(fn) -> Result:
@@ -189,6 +199,23 @@ def check_dpo_loss(fn) -> Result:
             functools.partial(_dpo_variant, beta_inside=False),
         ),
         Mistake("average over the pairs (.mean()), not a sum.", functools.partial(_dpo_variant, reduce="sum")),
+        Mistake(
+            _DETACHED_POLICY,
+            lambda pc, pr, rc, rr, beta: _dpo_variant(pc.detach(), pr, rc, rr, beta),
+        ),
+        Mistake(
+            _DETACHED_POLICY,
+            lambda pc, pr, rc, rr, beta: _dpo_variant(pc, pr.detach(), rc, rr, beta),
+        ),
+        Mistake(
+            "beta is missing: the margin is beta times the difference of the two log-ratios.",
+            lambda pc, pr, rc, rr, beta: _dpo_variant(pc, pr, rc, rr, 1.0),
+        ),
+        Mistake(
+            "the references are swapped: each answer's log-ratio uses its own reference log-probability, "
+            "log pi(y_w) - log pi_ref(y_w) and log pi(y_l) - log pi_ref(y_l).",
+            functools.partial(_dpo_variant, swap=True),
+        ),
     ]
     naive = Mistake(
         "log(sigmoid(x)) underflows to log(0) = -inf for a very negative margin: use F.logsigmoid(x) "
@@ -201,9 +228,11 @@ def check_dpo_loss(fn) -> Result:
 # --- GRPO's group advantages -------------------------------------------------------------------------------------
 
 
-def _advantages(rewards, *, unbiased=True, per_group=True, divide=True, eps=1e-4):
-    dims = -1 if per_group else (0, 1)
+def _advantages(rewards, *, unbiased=True, per_group=True, divide=True, eps=1e-4, eps_in_sqrt=False, dims=None):
+    dims = dims if dims is not None else -1 if per_group else (0, 1)
     mean = rewards.mean(dim=dims, keepdim=True)
+    if eps_in_sqrt:  # as LayerNorm does: sqrt(var + eps)
+        return (rewards - mean) / (rewards.var(dim=dims, keepdim=True, unbiased=unbiased) + eps).sqrt()
     std = rewards.std(dim=dims, keepdim=True, unbiased=unbiased)
     return (rewards - mean) / (std + eps) if divide else rewards - mean
 
@@ -216,6 +245,7 @@ def _advantage_cases():
     ]
     cases.append((torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]),))  # uniform groups
     cases.append((torch.rand(2, 2, generator=g, dtype=torch.float64) * 1e6,))  # two answers, large rewards
+    cases.append((torch.tensor([[0.0, 1e-3, 0.0, 2e-3], [0.5, 0.5, 0.5, 0.501]], dtype=torch.float64),))  # tiny spread
     return cases
 
 
@@ -228,6 +258,14 @@ def check_group_advantages(fn) -> Result:
             functools.partial(_advantages, per_group=False),
         ),
         Mistake(
+            "normalise along each group's G answers (dim=-1), not across the prompts (dim=0).",
+            functools.partial(_advantages, dims=0),
+        ),
+        Mistake(
+            "add eps = 1e-4 to the std in the denominator, (r - mean) / (std + eps), not to the result.",
+            lambda r: _advantages(r, eps=0.0) + 1e-4,
+        ),
+        Mistake(
             "the std is the sample standard deviation, with Bessel's correction (torch's default, unbiased=True).",
             functools.partial(_advantages, unbiased=False),
         ),
@@ -236,9 +274,14 @@ def check_group_advantages(fn) -> Result:
             functools.partial(_advantages, divide=False),
         ),
         Mistake(
-            "add eps = 1e-4 to the std: a group whose answers all score alike has std 0, and its advantages "
-            "must be 0, not NaN.",
+            "add eps = 1e-4 to the std, this exercise's value (not none, not 1e-8): a group whose answers all "
+            "score alike has std 0, and its advantages must be 0, not NaN.",
             functools.partial(_advantages, eps=0.0),
+        ),
+        Mistake(
+            "add 1e-4 to the standard deviation, not to the variance under the square root (sqrt(var + eps) is "
+            "LayerNorm's form): for rewards that barely differ, such as 0 and 0.001, the two differ tenfold.",
+            functools.partial(_advantages, eps_in_sqrt=True),
         ),
     ]
     return _check(fn, "group advantages", grpo.group_advantages, _advantage_cases(), mistakes)
@@ -257,6 +300,8 @@ def _clipped(ratio, advantages, clip, *, kind="min"):
         return torch.max(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)
     if kind == "clip A":
         return torch.min(ratio * A, ratio * A.clamp(-clip, clip))
+    if kind == "detached clamp":
+        return torch.min(ratio * A, ratio.detach().clamp(1 - clip, 1 + clip) * A)
     return torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)
 
 
@@ -291,6 +336,11 @@ def check_clipped_objective(fn) -> Result:
             functools.partial(_clipped, kind="max"),
         ),
         Mistake("clip the ratio rho, not the advantage.", functools.partial(_clipped, kind="clip A")),
+        Mistake(
+            "the values are right, not the gradient: inside [1 - clip, 1 + clip] the clipped term must pass the "
+            "ratio's gradient on, so clamp ratio itself, not ratio.detach().",
+            functools.partial(_clipped, kind="detached clamp"),
+        ),
     ]
     error_hints = [
         ("must match the size", "each answer's advantage goes with every one of its tokens: advantages[:, None].")

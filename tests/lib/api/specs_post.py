@@ -252,6 +252,20 @@ def _(s):
 
 
 @spec(
+    "preference.chosen_nll",
+    preference.chosen_nll,
+    LOGPS,
+    reference=lambda call, policy_chosen, chosen_lengths: (
+        -sum(p / n for p, n in zip(policy_chosen, chosen_lengths)) / len(policy_chosen)
+    ),
+)
+def _(s):
+    return preference.chosen_nll, dict(
+        policy_chosen=Tensor(s.B), chosen_lengths=Tensor(s.B, positive=True, scale=3.0)
+    )  # fmt: skip
+
+
+@spec(
     "preference.sequence_kl",
     preference.sequence_kl,
     LOGPS,
@@ -309,6 +323,27 @@ def _objective(call, logps, old_logps, ref_logps, advantages, mask, clip, beta):
 @spec("grpo.grpo_loss", grpo.grpo_loss, dict(N=(1, 3), T=(1, 5)), reference=_objective)
 def _(s):
     return grpo.grpo_loss, dict(
+        logps=Tensor(s.N, s.T, seq=1, scale=0.5), old_logps=Tensor(s.N, s.T, seq=1, scale=0.5),
+        ref_logps=Tensor(s.N, s.T, seq=1, scale=0.5), advantages=Tensor(s.N), mask=Mask(s.N, s.T),
+        clip=Num(0.2), beta=Num(0.04, corruptions=("negative", "not a number", "infinite", "str")),
+    )  # fmt: skip
+
+
+def _clipped_share(call, logps, old_logps, ref_logps, advantages, mask, clip, beta):
+    """The answer tokens whose clipped surrogate is flat, counted one at a time."""
+    cut = n = 0
+    for i in range(logps.shape[0]):
+        for t in range(logps.shape[1]):
+            if mask[i, t]:
+                rho, a = torch.exp(logps[i, t] - old_logps[i, t]), advantages[i]
+                cut += bool((a > 0 and rho > 1 + clip) or (a < 0 and rho < 1 - clip))
+                n += 1
+    return torch.tensor(cut / max(n, 1), dtype=logps.dtype)
+
+
+@spec("grpo.clipped_share", grpo.clipped_share, dict(N=(1, 3), T=(1, 5)), reference=_clipped_share)
+def _(s):
+    return grpo.clipped_share, dict(
         logps=Tensor(s.N, s.T, seq=1, scale=0.5), old_logps=Tensor(s.N, s.T, seq=1, scale=0.5),
         ref_logps=Tensor(s.N, s.T, seq=1, scale=0.5), advantages=Tensor(s.N), mask=Mask(s.N, s.T),
         clip=Num(0.2), beta=Num(0.04, corruptions=("negative", "not a number", "infinite", "str")),
@@ -466,9 +501,21 @@ def _(s):
     return post_training.kl_from_reference, dict(**_two(s), samples=Int(2), generator=Gen())
 
 
+@spec(
+    "post_training.comparisons",
+    post_training.comparisons,
+    {},
+    check=lambda out, args: set(out) == {"wins", "ties", "losses"} and abs(sum(out.values()) - 1) < 1e-6,
+    half=False,
+    examples=6,
+)
+def _(s):
+    return post_training.comparisons, dict(**_two(s), samples=Int(2), generator=Gen())
+
+
 def _check_measures(out, args):
-    assert set(out) == {"win rate", "reward margin", "log-ratio, chosen", "log-ratio, rejected", "KL (nats)",
-                        "exact-match"}  # fmt: skip
+    assert set(out) == {"win rate", "wins", "losses", "reward margin", "log-ratio, chosen", "log-ratio, rejected",
+                        "KL (nats)", "exact-match"}  # fmt: skip
     assert out["reward margin"] == out["log-ratio, chosen"] == out["log-ratio, rejected"] == out["KL (nats)"] == 0.0
     assert 0 <= out["win rate"] <= 1 and 0 <= out["exact-match"] <= 1
 
