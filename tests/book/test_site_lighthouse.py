@@ -2,8 +2,9 @@
 
 Lighthouse 12 (npm, pinned) drives Debian's Chromium with its default mobile settings (a slow 4G network and a
 CPU four times slower, simulated) over the built book served with gzip by ``serve`` (npm, pinned), as a static
-host serves it. The pages: the home page and the heaviest page of every chapter, its largest HTML (the most
-text, code, outputs and math to lay out); ``python -m attnbook_book.lighthouse _build/html`` measures them all.
+host serves it. The pages: the home page and the six largest pages of the book (the most text, code, outputs
+and math to lay out, where a page is likeliest to miss); ``python -m attnbook_book.lighthouse _build/html``
+measures every page.
 
 What a page is made of does not depend on the machine, and is checked here: nothing blocks its first paint
 (no script or stylesheet Lighthouse finds render-blocking), its layout does not shift as figures and widgets
@@ -17,8 +18,6 @@ thresholds by ``benchmarks/bench_lighthouse.py`` on a quiet machine, not here.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from site_helpers import HTML, built_toc
@@ -31,19 +30,17 @@ REPORT = HTML.parent / "reports" / "lighthouse.json"
 BUDGET = 400_000  # bytes
 
 
+LARGEST = 6
+
+
 def pages_to_measure() -> list[str]:
-    """The home page (the first page of _toc.yml) and the largest page of each chapter."""
+    """The home page (the first page of _toc.yml) and the largest pages of the book."""
     entries = built_toc()
     if not entries:
         return []
-    chapters: dict[str, list[str]] = defaultdict(list)
-    for entry in entries:
-        name = Path(entry).name
-        if entry.startswith("chapters/") and name[:2].isdigit():
-            chapters[name[:2]].append(entry)
     size = lambda e: (HTML / f"{e}.html").stat().st_size if (HTML / f"{e}.html").exists() else 0  # noqa: E731
-    heaviest = [max(pages, key=size) for _, pages in sorted(chapters.items())]
-    return [f"{e}.html" for e in [entries[0], *heaviest]]
+    largest = sorted((e for e in entries[1:] if e.startswith("chapters/")), key=size, reverse=True)[:LARGEST]
+    return [f"{e}.html" for e in [entries[0], *largest]]
 
 
 @pytest.fixture(scope="module")
