@@ -95,7 +95,7 @@ def test_group_advantages_checker():
     )
     assert_fails_with(ex.check_group_advantages, lambda r: r - r.mean(-1, keepdim=True), "not only subtract")
     assert_fails_with(
-        ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True), "not NaN"
+        ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True), "gives NaN"
     )
     assert_fails_with(
         ex.check_group_advantages, lambda r: (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-8), "1e-8"

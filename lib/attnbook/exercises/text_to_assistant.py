@@ -274,8 +274,8 @@ def check_group_advantages(fn) -> Result:
             functools.partial(_advantages, divide=False),
         ),
         Mistake(
-            "add eps = 1e-4 to the std, this exercise's value (not none, not 1e-8): a group whose answers all "
-            "score alike has std 0, and its advantages must be 0, not NaN.",
+            "divide by std + 1e-4, this exercise's value, added to the std (not 1e-8 or another size, not as a floor "
+            "with clamp): with none, a group whose answers all score alike has std 0 and gives NaN.",
             functools.partial(_advantages, eps=0.0),
         ),
         Mistake(
