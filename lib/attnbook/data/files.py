@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -178,3 +179,32 @@ def fetch(name: str, *, download: bool = True, timeout: float = 30.0) -> Path:
         handle.write(content)
     shutil.move(handle.name, cached)
     return cached
+
+
+# The results the benchmarks commit (benchmarks/results/<name>.json), at the book's release of this library.
+RESULTS_URL = (
+    "https://raw.githubusercontent.com/attention-step-by-step/attention-step-by-step/v{version}/benchmarks/results/"
+    "{name}.json"
+)
+
+
+def benchmark_results(name: str, *, timeout: float = 30.0) -> dict:
+    """The committed results of a benchmark, ``benchmarks/results/<name>.json``, that a chapter reads.
+
+    Read from the repository beside the notebook (``../benchmarks/results``, where the chapters run); for a
+    notebook opened alone (in Colab), downloaded from the book's release of this library's version."""
+    _checks.text("name", name)
+    timeout = _checks.positive_float("timeout", timeout)
+    local = Path("..") / "benchmarks" / "results" / f"{name}.json"
+    if local.is_file():
+        return json.loads(local.read_text(encoding="utf-8"))
+    from .. import __version__
+
+    url = RESULTS_URL.format(version=__version__, name=name)
+    try:
+        return json.loads(_download(url, timeout))
+    except OSError as error:
+        raise DataNotAvailableError(
+            f"benchmarks/results/{name}.json is not beside this notebook ({local.resolve()}) and {url} could not "
+            f"be read ({error}): run the notebook from a clone of the book's repository"
+        ) from error
