@@ -1,6 +1,10 @@
 """Hypothesis profiles for the whole suite, chosen by the environment variable ``HYPOTHESIS_PROFILE``:
 
-- ``ci`` (the default): Hypothesis's own defaults, and each test's budget as written;
+- ``ci`` (the default): Hypothesis's own defaults and each test's budget as written, derandomized: the same
+  examples on every run, so that a clean clone's result does not depend on the draw;
+- ``explore``: each budget as written, drawn afresh at random on every run:
+  ``HYPOTHESIS_PROFILE=explore make test-lib`` looks for the cases the fixed draw does not reach (run it a few
+  times before a release);
 - ``dev``: at most 10 examples a test, for a quick loop while changing the library:
   ``HYPOTHESIS_PROFILE=dev make test-lib``.
 
@@ -13,6 +17,7 @@ import os
 
 from hypothesis import settings
 
-settings.register_profile("ci", settings.get_profile("default"))
+settings.register_profile("ci", settings.get_profile("default"), derandomize=True)
+settings.register_profile("explore", database=None)
 settings.register_profile("dev", max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
