@@ -1,6 +1,7 @@
 """How fast each page of the built book opens on a phone, before and after a change: Lighthouse's mobile audit.
 
     python benchmarks/bench_lighthouse.py --after _build/html --before OTHER_BUILD/html --runs 3
+    python benchmarks/bench_lighthouse.py --compare BEFORE.json AFTER.json --note "..."
 
 Lighthouse 12 (npm, pinned) on Debian's Chromium, its default mobile settings (simulated slow 4G, a CPU four
 times slower), over each built site served with gzip (``attnbook_book.lighthouse``). For every page of the
@@ -10,6 +11,10 @@ uncompressed; the medians of ``--runs`` runs, before and after, the two sites' r
 so that a machine busy with other work weighs on both alike. One row compares a plain page of the book (no
 figure, widget, model or math: the floor of what the theme itself costs). Writes
 ``results/lighthouse.json`` and the section of the README.
+
+``--compare`` writes the README's section of every page from two results of ``python -m
+attnbook_book.lighthouse SITE --json FILE`` (each site measured alone, on a quiet machine): the build before a
+change and after it.
 """
 
 from __future__ import annotations
@@ -109,10 +114,73 @@ def table(found: dict, pages: list[str], plain: str | None) -> str:
     return "\n".join(head + rows)
 
 
+def _ranges(pages: dict, key: str, scale: float, unit: str, digits: int) -> str:
+    values = [p["median"][key] * scale for p in pages.values()]
+    return f"{min(values):.{digits}f} to {max(values):.{digits}f}{unit}"
+
+
+def compare_section(before: dict, after: dict, before_path: Path, after_path: Path, note: str) -> str:
+    """The README's section of every page: before -> after, from two results of ``attnbook_book.lighthouse``."""
+    pages = list(after["pages"])
+    a = after["pages"]
+    meets = {
+        key: sum(not lighthouse.misses(p["median"], {key: limit}) for p in a.values())
+        for key, limit in lighthouse.LIMITS.items()
+    }
+    every = sum(not lighthouse.misses(p["median"]) for p in a.values())
+    rows = [
+        "| page | performance | FCP | LCP | TBT | CLS | transferred | uncompressed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for page in pages:
+        b = before["pages"].get(page, {}).get("median")
+        m = a[page]["median"]
+        rows.append(
+            f"| {page.removesuffix('.html')} | "
+            + " | ".join(f"{cell(b, k)} → {cell(m, k)}" for k in ["performance", *lighthouse.METRICS[:4]])
+            + f" | {cell(b, 'bytes')} → {cell(m, 'bytes')} | {cell(b, 'bytes_uncompressed')} → "
+            f"{cell(m, 'bytes_uncompressed')} |"
+        )
+
+    def load(r):
+        return f"{r['load_average']['start'][0]:.2f} at the start, {r['load_average']['end'][0]:.2f} at the end"
+
+    return "\n".join(
+        [
+            "<!-- lighthouse_every_page:start -->",
+            "## Every page on a quiet machine (`python -m attnbook_book.lighthouse`)",
+            "",
+            f"Lighthouse {after['lighthouse']}, mobile defaults, {len(a[pages[0]]['runs'])} run(s) per page (medians), "
+            f"each site served with gzip and measured alone on this {after['cpus']}-core machine with nothing "
+            f"else running (load average before: {load(before)}; after: {load(after)}). {note}",
+            "",
+            f"After, {len(pages)} pages: performance {_ranges(a, 'performance', 100, '', 0)} "
+            f"({meets['performance']} pages at least 90); first contentful paint "
+            f"{_ranges(a, 'first-contentful-paint', 1e-3, ' s', 2)} ({meets['first-contentful-paint']} within "
+            f"1.8 s); largest contentful paint {_ranges(a, 'largest-contentful-paint', 1e-3, ' s', 2)} "
+            f"({meets['largest-contentful-paint']} within 2.5 s); total blocking time "
+            f"{_ranges(a, 'total-blocking-time', 1, ' ms', 0)} ({meets['total-blocking-time']} within 200 ms); "
+            f"layout shift {_ranges(a, 'cumulative-layout-shift', 1, '', 3)} "
+            f"({meets['cumulative-layout-shift']} within 0.1). {every} of {len(pages)} pages meet every limit. "
+            f"Results: `results/{before_path.name}` (before), `results/{after_path.name}` (after).",
+            "",
+            *rows,
+            "<!-- lighthouse_every_page:end -->",
+        ]
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--after", type=Path, default=ROOT / "_build" / "html", help="the built site to measure")
-    parser.add_argument("--before", type=Path, required=True, help="the built site to compare it with")
+    parser.add_argument("--before", type=Path, help="the built site to compare it with")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="write the section of every page from two results of attnbook_book.lighthouse",
+    )
     parser.add_argument("--runs", type=int, default=3, help="runs of each page on each site (medians reported)")
     parser.add_argument("--before-runs", type=int, help="runs on the site before (default: --runs)")
     parser.add_argument("--pages", nargs="*", help="pages (default: every page of the book)")
@@ -120,6 +188,14 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", action="store_true", help="keep the pages already in results/lighthouse.json")
     parser.add_argument("--table-only", action="store_true", help="only write the README's table from the results")
     args = parser.parse_args(argv)
+    if args.compare:
+        before, after = (json.loads(p.read_text()) for p in args.compare)
+        section = compare_section(before, after, *args.compare, args.note)
+        write_section("lighthouse_every_page", section)
+        print(section)
+        return 0
+    if args.before is None:
+        parser.error("--before is needed (or --compare)")
     pages = args.pages or toc_pages(args.after)
     plain = plain_page(args.after, pages)
     start, load_start = time.strftime("%Y-%m-%d %H:%M"), loadavg()

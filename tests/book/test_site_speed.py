@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from site_helpers import HTML, PHONE, built_toc, content_pages, open_page
+from site_helpers import HTML, LAPTOP, PHONE, built_toc, content_pages, open_page
 
 pytestmark = pytest.mark.site
 
@@ -24,6 +24,7 @@ HEAVY = re.compile(
 )
 BLOCKING_SCRIPTS = {"documentation_options.js"}  # Sphinx's options, read by the inline scripts after it
 MAX_HTML_KB = 600  # a page's own HTML, uncompressed: its text, code, outputs and math, and no figure data
+MAX_STYLE_KB = 120  # the rules it carries for its first screen (attnbook_book.critical) and its math's
 
 
 def head_of(page: str) -> str:
@@ -51,7 +52,10 @@ def test_nothing_heavy_before_the_text(page):
     assert "styles/theme.css" not in head, f"{page}: links the theme stylesheet that only imports another"
     text = (HTML / page).read_text()
     assert "Plotly.newPlot" not in text and "attnbookPlotly.figure(" not in text, f"{page}: figure data inline"
-    assert len(text.encode()) <= MAX_HTML_KB * 1024, f"{page}: {len(text.encode()) // 1024} KB of HTML"
+    own = re.sub(r"<style\b[^>]*>.*?</style>", "", text, flags=re.S)  # its first screen's rules: a budget below
+    assert len(own.encode()) <= MAX_HTML_KB * 1024, f"{page}: {len(own.encode()) // 1024} KB of HTML"
+    rules = len(text.encode()) - len(own.encode())
+    assert rules <= MAX_STYLE_KB * 1024, f"{page}: {rules // 1024} KB of <style> rules in the page"
 
 
 def test_search_page_has_its_index():
@@ -143,3 +147,89 @@ def test_the_plotly_bundle_draws_every_trace_type_of_the_book(server, browser):
         assert errors == []
     finally:
         page.close()
+
+
+# --- the first screen styled by the page itself (attnbook_book.critical) --------------------------------------
+
+STYLESHEET = re.compile(r"\.css(\?|$)")
+# What is compared of each element on the first screen: where it is, how big, and how it is drawn.
+FIRST_SCREEN = """() => {
+  const props = ['display', 'visibility', 'position', 'font-size', 'font-weight', 'font-family', 'line-height',
+                 'color', 'background-color', 'border-top-color', 'border-top-width', 'padding-left',
+                 'margin-top', 'opacity', 'text-decoration-line', 'fill'];
+  const seen = {};
+  [...document.querySelectorAll('body *')].forEach((e, i) => {
+    const r = e.getBoundingClientRect();
+    if (r.bottom <= 0 || r.top >= innerHeight || r.right <= 0 || r.left >= innerWidth) return;
+    if (r.width === 0 && r.height === 0) return;
+    const c = getComputedStyle(e);
+    const name = e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+      (typeof e.className === 'string' && e.className.trim() ? '.' + e.className.trim().split(/\\s+/).join('.') : '');
+    seen[i] = [name, [r.x, r.y, r.width, r.height].map(Math.round).join(' '), ...props.map(p => `${p}: ${c[p]}`)];
+  });
+  return seen;
+}"""
+
+
+def first_screen(browser, url: str, *, stylesheets: bool, mode: str, viewport: dict) -> dict:
+    from attnbook_book.chromium import set_mode
+
+    page = browser.new_page(viewport=viewport)
+    try:
+        set_mode(page, mode)
+        if not stylesheets:  # as a reader on a slow network sees the page before its stylesheets arrive
+            page.route(STYLESHEET, lambda route: route.abort())
+        page.goto(url, wait_until="load", timeout=120_000)
+        page.wait_for_load_state("networkidle", timeout=120_000)
+        page.wait_for_timeout(300)  # the theme's scripts have set the mode and the sidebars
+        return page.evaluate(FIRST_SCREEN)
+    finally:
+        page.close()
+
+
+def _differences(before: dict, after: dict) -> list[str]:
+    found = []
+    for i in sorted(set(before) | set(after), key=int):
+        a, b = before.get(i), after.get(i)
+        if a is None or b is None:
+            shown = a or b
+            found.append(f"{shown[0]} at {shown[1]}: on the first screen only {'before' if a else 'after'}")
+        elif a != b:
+            changed = [f"{x} -> {y}" for x, y in zip(a[1:], b[1:]) if x != y]
+            found.append(f"{a[0]}: {'; '.join(changed)}")
+    return found
+
+
+def _largest_chapter() -> str:
+    pages = [p for p in content_pages() if p.startswith("chapters/")]
+    return max(pages, key=lambda p: (HTML / p).stat().st_size)
+
+
+FIRST_SCREENS = [(page, PHONE, "light") for page in content_pages()] + [
+    (page, viewport, mode)
+    for page in ("book/intro.html", "largest chapter")
+    for viewport, mode in ((PHONE, "dark"), (LAPTOP, "light"), (LAPTOP, "dark"))
+]
+
+
+@pytest.mark.parametrize(
+    "page, viewport, mode", FIRST_SCREENS, ids=[f"{p}-{v['width']}-{m}" for p, v, m in FIRST_SCREENS]
+)
+def test_the_first_screen_is_drawn_before_the_stylesheets_arrive(server, browser, page, viewport, mode):
+    """The rules each page carries (its critical CSS) lay out and colour its first screen as the whole
+    stylesheets do: every element on it in the same place, at the same size, in the same font and colours,
+    before the stylesheets arrive as after. So the text can be painted first, and nothing moves when they
+    arrive."""
+    page = _largest_chapter() if page == "largest chapter" else page
+    head = head_of(page)
+    links = re.findall(r'<link\b[^>]*rel="stylesheet"[^>]*>', re.sub(r"<noscript>.*?</noscript>", "", head, flags=re.S))
+    waiting = [link for link in links if 'media="print"' not in link]
+    assert waiting == [], f"{page}: stylesheets that the first paint waits for: {waiting}"
+    url = f"{server}/{page}"
+    before = first_screen(browser, url, stylesheets=False, mode=mode, viewport=viewport)
+    after = first_screen(browser, url, stylesheets=True, mode=mode, viewport=viewport)
+    assert len(after) > 10, f"{page}: only {len(after)} elements on the first screen"
+    differences = _differences(before, after)
+    assert differences == [], f"{page} ({viewport['width']} px, {mode}) changes when its stylesheets arrive:\n" + (
+        "\n".join(differences[:25])
+    )

@@ -37,7 +37,7 @@ from sphinx.errors import ConfigError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from . import chapter_map, icons, inpage, mathjax, plotly_renderer, textfirst
+from . import chapter_map, critical, icons, inpage, mathjax, plotly_renderer, textfirst
 from .figures import DiagramFigures
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def _node_modules(app) -> Path:
 
 
 def check_assets(app) -> None:
-    needed = [src for src, _ in NPM_ASSETS] + ["mathjax-full/js/mathjax.js"]
+    needed = [src for src, _ in NPM_ASSETS] + ["mathjax-full/js/mathjax.js", "beasties/dist/index.mjs"]
     missing = [src for src in needed if not (_node_modules(app) / src).exists()]
     if missing:
         raise ConfigError(
@@ -91,6 +91,13 @@ def typeset_math(app, exception) -> None:
         return
     counts = mathjax.typeset_site(Path(app.outdir), _node_modules(app))
     logger.info(f"typeset {sum(counts.values())} formulas on {len(counts)} pages (MathJax, Node)")
+
+
+def inline_critical_css(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    sizes = critical.inline_site(Path(app.outdir), _node_modules(app))
+    logger.info(f"critical CSS written into {len(sizes)} pages (Beasties, Node)")
 
 
 THEME_CSS = "attnbook/theme.css"  # relative to _static: on every page
@@ -460,6 +467,7 @@ def setup(app):
     app.connect("build-finished", copy_assets)
     app.connect("build-finished", write_theme_assets)
     app.connect("build-finished", typeset_math)
+    app.connect("build-finished", inline_critical_css, priority=990)  # last (after the theme rewrites pygments.css)
     app.connect("html-page-context", mathjax.drop_mathjax_scripts, priority=900)
     app.connect("html-page-context", textfirst.defer_scripts, priority=950)
     app.connect("html-page-context", textfirst.move_widget_state, priority=960)

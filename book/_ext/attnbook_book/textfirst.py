@@ -23,10 +23,13 @@ WIDGETS_JS = "attnbook/widgets.js"  # relative to _static: on pages with widgets
 # headings are always laid out (the page's contents follow them), and so are the theme's boxes of tables (its
 # script measures them as the page opens, to let the keyboard scroll those wider than the screen). On screens
 # only: print lays out everything. A page whose <html> has the class "attnbook-render-all" lays out everything
-# at once (the accessibility audit).
+# at once (the accessibility audit). The page's opening (the blocks before its first section, and that section's)
+# is laid out at once: it is on the first screen, where a block first drawn at the placeholder's size and then at
+# its own would move the text under the reader's eyes (Chromium lays out such a block only after a first frame).
 RENDER_CSS = [
     "/* Blocks of the text and the sidebars laid out when they come near the screen (screens only). */",
-    "@media screen{html:not(.attnbook-render-all) .bd-article section>"
+    "@media screen{html:not(.attnbook-render-all) .bd-article section "
+    "section:not(.bd-article>section>section:first-of-type)>"
     ":not(section):not(h1):not(h2):not(h3):not(.pst-scrollable-table-container)"
     "{content-visibility:auto;contain-intrinsic-size:auto 300px}"
     "html:not(.attnbook-render-all) .bd-sidebar-primary .sidebar-primary-items__middle,"
