@@ -37,7 +37,7 @@ def open_page(browser, url: str, *, requested: list[str] | None = None, mode: st
     "dark") is the colour mode the theme's toggle would have stored; ``page_options`` go to
     ``browser.new_page`` (a phone's viewport, for example).
     """
-    from attnbook_book.chromium import set_mode
+    from attnbook_book.chromium import set_mode, wait_styled
 
     page = browser.new_page(**page_options)
     if mode:
@@ -61,6 +61,7 @@ def open_page(browser, url: str, *, requested: list[str] | None = None, mode: st
     page.on("response", lambda r: errors.append(f"HTTP {r.status} for {r.url}") if r.status >= 400 else None)
     page.goto(url, wait_until="load", timeout=120_000)
     page.wait_for_load_state("networkidle", timeout=120_000)
+    wait_styled(page)
     return page, errors, outside
 
 

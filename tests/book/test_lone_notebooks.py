@@ -28,6 +28,20 @@ def test_every_diagram_of_the_chapters_travels_in_their_notebooks():
     assert carried == sum(DIAGRAMS.values()) and carried >= 40
 
 
+def test_a_chapter_reads_the_benchmarks_through_the_library():
+    """A chapter opened alone has no ``../benchmarks`` beside it: it reads a benchmark's results with
+    ``data.files.benchmark_results``, which downloads them from the book's release there, never by path."""
+    import re
+
+    outside = re.compile(r"""["'](?:\.\./)?benchmarks/results|raw\.githubusercontent""")
+    readers = 0
+    for md in SOURCES:
+        code = "".join(c.source for c in notebooks.read_md(md).cells if c.cell_type == "code")
+        assert not outside.search(code), f"{md.name} reads benchmark results by path"
+        readers += "benchmark_results(" in code
+    assert readers >= 14, f"only {readers} chapters read benchmark results"
+
+
 def test_the_book_is_built_from_the_diagrams_files_again():
     """The staged notebook (what the HTML book is built from) has the .md's markdown: each diagram's file."""
     for md in SOURCES:

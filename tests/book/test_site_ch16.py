@@ -67,7 +67,10 @@ def page(model, server, browser):
     tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     tab.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
     tab.on("request", lambda r: problems.append(r.url) if urlparse(r.url).netloc not in (local, "") else None)
+    from attnbook_book.chromium import wait_styled
+
     tab.goto(f"{server}/{PAGE}", wait_until="load", timeout=120_000)
+    wait_styled(tab)
     root = tab.locator("div.attnbook-inpage[data-model=induction]")
     assert root.count() == 1, "the page has no induction-head model"
     root.scroll_into_view_if_needed()

@@ -9,10 +9,12 @@ measures every page.
 What a page is made of does not depend on the machine, and is checked here: nothing blocks its first paint
 (no script or stylesheet Lighthouse finds render-blocking), its layout does not shift as figures and widgets
 arrive (cumulative layout shift within 0.1, Core Web Vitals' "good"), and what it transfers as it opens stays
-within a budget. The score and the timings Lighthouse simulates from how long the page took on this machine
-(first and largest contentful paint, total blocking time) would rise and fall with other work on the machine:
-they are recorded, with the load average, in ``reports/lighthouse.json``, and judged against Lighthouse's
-thresholds by ``benchmarks/bench_lighthouse.py`` on a quiet machine, not here.
+within a budget. Its first and largest contentful paint must be within Lighthouse's "good" (1.8 s and 2.5 s)
+in at least one of up to three runs: Lighthouse simulates them from the network and from the time the page
+took on this machine, which other work on the machine lengthens. The score and the total blocking time, which
+rise and fall most with that work, are recorded with the load average in ``reports/lighthouse.json`` and
+judged against Lighthouse's thresholds on a quiet machine (``python -m attnbook_book.lighthouse``, the
+benchmarks' README), not here.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def compressed():
 def test_page_opens_fast_on_a_phone(compressed, page):
     from attnbook_book import lighthouse
 
-    found = lighthouse.measure(compressed, page, runs=1, log=print)
+    found = lighthouse.measure(compressed, page, runs=1, retries=2, log=print)
     lighthouse.write_report(
         {
             "lighthouse": lighthouse._version("lighthouse"),
@@ -67,6 +69,9 @@ def test_page_opens_fast_on_a_phone(compressed, page):
         },
         REPORT,
     )
+    paints = {k: lighthouse.LIMITS[k] for k in ("first-contentful-paint", "largest-contentful-paint")}
+    timely = [r for r in found["runs"] if not lighthouse.misses(r, paints)]
+    assert timely, f"{page}: no run paints within the limits: {[lighthouse.misses(r, paints) for r in found['runs']]}"
     run = found["runs"][0]
     assert run["render_blocking"] == [], f"{page}: its first paint waits for {run['render_blocking']}"
     assert run["cumulative-layout-shift"] <= lighthouse.LIMITS["cumulative-layout-shift"], (

@@ -86,7 +86,7 @@ def settle(page) -> None:
 
 def audit_site(html: Path, pages: list[str], modes=("light", "dark"), axe_js: Path = AXE_JS) -> dict:
     """Violations on each page in each mode: ``{mode: {page: [violation, ...]}}``."""
-    from .chromium import launch, serve, set_mode
+    from .chromium import launch, serve, set_mode, wait_styled
 
     found: dict[str, dict[str, list[dict]]] = {mode: {} for mode in modes}
     with serve(html) as base, launch() as browser:
@@ -96,6 +96,7 @@ def audit_site(html: Path, pages: list[str], modes=("light", "dark"), axe_js: Pa
                 set_mode(page, mode)
                 page.goto(f"{base}/{path}", wait_until="load", timeout=120_000)
                 page.wait_for_load_state("networkidle", timeout=120_000)
+                wait_styled(page)
                 settle(page)
                 found[mode][path] = audit(page, axe_js)
                 page.close()

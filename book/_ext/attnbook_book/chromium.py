@@ -72,6 +72,15 @@ def toc_pages(html: Path) -> list[str]:
     return [f"{entry}.html" for entry in toc_files(staged if (staged / "_toc.yml").exists() else repo)]
 
 
+# Every stylesheet a page fetches after its first paint (attnbook_book.critical) has arrived and applies.
+STYLED = "() => [...document.querySelectorAll('link[data-attnbook-href]')].every(l => l.sheet && l.media === 'all')"
+
+
+def wait_styled(page, timeout: float = 60_000) -> None:
+    """Wait until ``page`` has every stylesheet it fetches after its first paint (critical.mjs)."""
+    page.wait_for_function(STYLED, timeout=timeout)
+
+
 def set_mode(page, mode: str) -> None:
     """Make ``page`` open in the theme's colour mode ``mode`` ("light" or "dark"), as the toggle stores it."""
     page.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .chromium import launch, serve
+from .chromium import launch, serve, wait_styled
 
 PDF_NAME = "attention-step-by-step.pdf"
 MARGIN = {"top": "16mm", "bottom": "18mm", "left": "17mm", "right": "17mm"}
@@ -89,8 +89,7 @@ PREPARE = r"""async ({pageId, pageUrl, width}) => {
       if (el.hasAttribute(attr)) el.setAttribute(attr, pageId + '--' + el.getAttribute(attr));
     }
   });
-  const styles = [...document.querySelectorAll('style')].map(s => s.textContent)
-    .filter(t => /mjx-|MJX/.test(t));
+  const styles = [...document.querySelectorAll('style#attnbook-math-css')].map(s => s.textContent);
   return {html: article.innerHTML, styles: styles,
           title: (article.querySelector('h1') || {}).textContent || document.title};
 }"""
@@ -354,6 +353,7 @@ def collect(browser, base: str, pages: list[str], log) -> tuple[dict, list[str],
         tab.add_init_script("localStorage.setItem('mode', 'light'); localStorage.setItem('theme', 'light');")
         tab.goto(f"{base}/{page}", wait_until="load", timeout=300_000)
         tab.wait_for_load_state("networkidle", timeout=300_000)
+        wait_styled(tab)  # the stylesheets it fetches after its first paint
         settle(tab)  # every figure and widget drawn
         if tab.locator("div.attnbook-plotly").count():
             tab.wait_for_function(
@@ -364,8 +364,8 @@ def collect(browser, base: str, pages: list[str], log) -> tuple[dict, list[str],
         if not head:
             head = "".join(
                 tab.evaluate(
-                    "() => [...document.querySelectorAll('link[rel=stylesheet]')].map(l => l.outerHTML"
-                    ".replace(l.getAttribute('href'), l.href))"
+                    "() => [...document.querySelectorAll('link[rel=stylesheet][href]')]"
+                    '.map(l => `<link rel="stylesheet" href="${l.href}">`)'
                 )
             )
         got = tab.evaluate(PREPARE, {"pageId": page_id(page), "pageUrl": page, "width": PAGE_WIDTH_PX})

@@ -101,6 +101,12 @@ def inline_critical_css(app, exception) -> None:
 
 
 THEME_CSS = "attnbook/theme.css"  # relative to _static: on every page
+# The theme's "auto" colour mode (the reader's system's) resolved before the first paint: the theme resolves
+# it in a deferred script, after the text is painted (critical.py), which would paint light on a dark system.
+RESOLVE_MODE = (
+    "if (document.documentElement.dataset.theme === 'auto') document.documentElement.dataset.theme = "
+    "matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light';"
+)
 PLOTLY_BOOK_JS = "attnbook/plotly-book.js"  # relative to _static: on pages with a plotly figure
 STATIC = Path(__file__).parent / "static"
 TEMPLATES = Path(__file__).parent / "templates"  # the theme's components that the book replaces
@@ -471,6 +477,7 @@ def setup(app):
     app.connect("html-page-context", mathjax.drop_mathjax_scripts, priority=900)
     app.connect("html-page-context", textfirst.defer_scripts, priority=950)
     app.connect("html-page-context", textfirst.move_widget_state, priority=960)
+    app.add_js_file(None, body=RESOLVE_MODE, priority=100)
     app.add_css_file(THEME_CSS)
     app.add_js_file(SCROLL_JS)
     app.add_transform(DiagramFigures)
