@@ -25,12 +25,13 @@ const MODE = /\[data-(?:theme|mode|bs-theme)=["']?\w+["']?\]/g;
 const STATE_SRC = String.raw`\[open\]|\[aria-current(?:=["']?\w+["']?)?\]|\.(?:show|active|scrolled)(?![\w-])`;
 const STATE = new RegExp(STATE_SRC, "g");
 const NOT_STATE = new RegExp(String.raw`:not\((?:${STATE_SRC})\)`, "g"); // .fade:not(.show): .fade
+const STATE_ALONE = new RegExp(String.raw`(^|[\s>+~])(?:${STATE_SRC})`, "g"); // .nav .show>.a: .nav *>.a
 const ROOT = /^\s*(?:html|:root)(?::[\w-]+(?:\([^()]*\))?)*\s*(?:>\s*)?(?=[^\s>+~])(?<=[\s>])/;
 const TBODY = /\s*>\s*tbody\s*>\s*/g;
 const PSEUDO_ONLY = /(^|[\s>+~])(?::[\w-]+(?:\([^()]*\))?)+(?=[\s>+~]|$)/g;
 // Selectors of what scripts add as the page opens: copy buttons and their tooltips, the toggles of hidden
 // cells and answers (togglebutton: .toggle, .toggle-hidden, .toggle-button, .tb-icon).
-const ALWAYS = [/attnbook-render-all/, /copybtn/, /o-tooltip/, /toggle/, /tb-icon/];
+const ALWAYS = [/attnbook-render-all/, /copybtn/, /o-tooltip/, /\.toggle(?![\w-])|toggle-(?:hidden|button|details|chevron)|tb-icon/];
 
 // A rule for the whole page in one colour mode (html[data-theme=dark]{--pst-color-text-base:...}): kept. Beasties
 // matches selectors inside the <html> element, never the element itself; a RegExp is what allowRules takes.
@@ -55,6 +56,7 @@ class PageBeasties extends Beasties {
       reduceInlineStyles: false, // the page's own <style>s (the math's, the tables') stay as they are
       mergeStylesheets: false, // one <style> before each <link>: the cascade keeps its order
       compress: true,
+      keyframes: "none", // the stylesheets bring them (Beasties' compressed from/to keyframes are broken)
       allowRules: [...ALWAYS, new PageInMode("")],
       logger: {
         warn: (message) => /Could not parse/.test(message) && unparsed.push(`${page}: ${message}`),
@@ -81,6 +83,7 @@ class PageBeasties extends Beasties {
       .replace(/\s+/g, " ")
       .replace(MODE, "")
       .replace(NOT_STATE, "")
+      .replace(STATE_ALONE, "$1*")
       .replace(STATE, "")
       .replace(PSEUDO_ONLY, "$1*")
       .replace(ROOT, "")
@@ -106,10 +109,11 @@ function withIconFonts(html, fonts, page) {
 
 // The whole stylesheets are fetched once the page is painted, not with it: a phone's slow network then
 // carries the page's text first. Each <link> Beasties left (media="print", onload="this.media='all'") has
-// its address moved to data-attnbook-href; the script at the end of the page puts it back after the first
-// frame (at once in a page opened in a background tab, where no frame is drawn; at the latest after 2 s),
-// and turns the link on when it has loaded (the script, not the onload attribute, so that a
-// Content-Security-Policy allowing this one script by its hash is enough).
+// its address moved to data-attnbook-href and loses its onload attribute; the script at the end of the page
+// puts the address back after the first frame (at once in a page opened in a background tab, where no frame
+// is drawn; at the latest after 2 s), and turns the link on when it has loaded (so that a
+// Content-Security-Policy allowing this script, and the one resolving the colour mode, by their hashes is
+// enough).
 const LATER = `<script>(() => {
   let done = false;
   const fetchAll = () => {
@@ -128,7 +132,10 @@ const LATER = `<script>(() => {
 function fetchAfterFirstPaint(html) {
   const deferred = /<link\b([^>]*?[\s"])href="([^"]+)"([^>]*\bmedia="print"[^>]*\bonload="this\.media='all'"[^>]*)>/g;
   let n = 0;
-  const out = html.replace(deferred, (_, a, href, b) => (n++, `<link${a}data-attnbook-href="${href}"${b}>`));
+  const out = html.replace(deferred, (_, a, href, b) => {
+    n++;
+    return `<link${a}data-attnbook-href="${href}"${b.replace(/\s*onload="this\.media='all'"/, "")}>`;
+  });
   return n ? out.replace(/<\/body>(?![\s\S]*<\/body>)/, `${LATER}\n</body>`) : out;
 }
 

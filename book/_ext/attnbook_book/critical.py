@@ -1,14 +1,14 @@
-"""Each page's first screen styled by the page itself, so that no stylesheet stands between a reader and the
+"""Each page styled first by rules it carries itself, so that no stylesheet stands between a reader and the
 text (critical CSS).
 
 A page links eleven stylesheets (the theme's, Sphinx's, the extensions', the book's): 476 kB, 80 kB
 compressed, that a phone used to fetch over a slow network before it painted a word. At the end of the build
 Beasties (npm, in Node: ``critical.mjs``) writes into each page the rules of those stylesheets that match the
-page's own elements, in both colour modes (about a fifth of them: some 85 kB, 22 kB compressed, with the
-icons' fonts), and has the stylesheets fetched once the text is painted. The whole stylesheets then apply as
-before: what the page's scripts add later (figures, widgets, the search dialog's results) is styled by
-them. ``tests/book/test_site_speed.py`` checks that the first screen of a page is laid out and coloured the
-same before the stylesheets arrive as after.
+page's own elements, in both colour modes (about a fifth of them: about 90 kB, 23 kB compressed, with
+the icons' fonts), and has the stylesheets fetched once the text is painted. The whole stylesheets then apply
+as before: what the page's scripts add later (figures, widgets, tooltips, the words a search highlights) is
+styled by them. ``tests/book/test_site_speed.py`` checks that the first screen of a page is laid out and
+coloured the same before the stylesheets arrive as after.
 """
 
 from __future__ import annotations
