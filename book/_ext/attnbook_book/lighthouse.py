@@ -160,7 +160,6 @@ def summarise(report: dict) -> dict:
             key=lambda x: -x[1],
         )[:5],
         "lcp_element": _lcp_element(audits),
-        "layout_shifts": _layout_shifts(audits),
         # what delays the first paint whatever the machine: scripts and stylesheets the page waits for
         "render_blocking": [
             i["url"].split("/", 3)[-1] for i in audits["render-blocking-resources"].get("details", {}).get("items", [])
@@ -175,15 +174,6 @@ def _lcp_element(audits: dict) -> str:
         items = audits["largest-contentful-paint-element"]["details"]["items"][0]["items"]
         return items[0]["node"]["snippet"][:120]
     return ""
-
-
-def _layout_shifts(audits: dict) -> list[list]:
-    """The elements that moved, and how much each shift counted (Lighthouse's layout-shifts audit)."""
-    found = []
-    with contextlib.suppress(Exception):
-        for item in audits["layout-shifts"]["details"]["items"]:
-            found.append([round(item.get("score", 0), 4), item.get("node", {}).get("snippet", "")[:160]])
-    return found
 
 
 def misses(result: dict, limits: dict = LIMITS) -> list[str]:
